@@ -1,0 +1,154 @@
+"""The contract between the sidecar's servicer and an engine backend.
+
+A backend owns one engine. The servicer hands it requests with `submit` (synchronous
+validation: a bad request raises `RequestError` at once) and `abort`; the backend pushes every
+engine step's output to the sink given to `start`, as ONE list holding the deltas of all
+requests that advanced in that step. The sink never blocks, so the engine never waits on a
+client or on the link.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Finish(enum.IntEnum):
+    """Why a request ended; values match engine.proto's `Finish`."""
+
+    NONE = 0
+    STOP = 1
+    LENGTH = 2
+    ABORT = 3
+    ERROR = 4
+
+
+class ErrorCode(enum.IntEnum):
+    """Values match engine.proto's `ErrorCode`."""
+
+    NONE = 0
+    INVALID_ARGUMENT = 1
+    NOT_FOUND = 2
+    UNAVAILABLE = 3
+    INTERNAL = 4
+
+
+class RequestError(Exception):
+    """A request the engine refuses; `field` names the request field at fault, if any."""
+
+    def __init__(self, code: ErrorCode, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+
+@dataclass(slots=True)
+class EngineRequest:
+    """One generation. Exactly one of prompt / messages / prompt_token_ids is set.
+
+    `resume_token_ids` are tokens an earlier run already generated: the engine continues after
+    them as if it had generated them itself (they count towards max_tokens and usage).
+    """
+
+    key: int
+    request_id: str
+    model: str
+    sampling: Sampling
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    resume_token_ids: tuple[int, ...] = ()
+    priority: int = 0
+    lora: str = ""
+
+
+@dataclass(slots=True)
+class EngineDelta:
+    """What one request gained in one engine step.
+
+    The first delta of a run carries prompt_tokens (and cached_tokens); the last carries a
+    finish other than NONE, prompt_tokens and completion_tokens (all generated tokens of the
+    request, resumed ones included). An error ends the request with finish ERROR.
+    """
+
+    key: int
+    token_ids: list[int]
+    text: str
+    finish: Finish = Finish.NONE
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    error_field: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSnapshot:
+    running: int
+    waiting: int
+    kv_usage: float
+    max_num_seqs: int
+    ready: bool
+    preemptions: int = 0
+    prefix_hit_rate: float = 0.0
+    generated_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    name: str
+    max_model_len: int
+    loras: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    backend: str
+    models: tuple[ModelCard, ...]
+    max_num_seqs: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+DeltaSink = Callable[[list[EngineDelta]], None]
+
+
+class Backend(Protocol):
+    def info(self) -> BackendInfo: ...
+
+    async def start(self, sink: DeltaSink) -> None:
+        """Start the engine; every step's deltas go to `sink` (called on the event loop)."""
+
+    async def stop(self) -> None:
+        """Stop the engine; unfinished requests end with finish ABORT."""
+
+    def submit(self, request: EngineRequest) -> None:
+        """Queue a request, or raise RequestError (unknown model, prompt too long, ...)."""
+
+    def abort(self, key: int) -> None:
+        """Stop a request; unknown keys are ignored. No delta follows an abort."""
+
+    def load(self) -> LoadSnapshot: ...
+
+    def healthy(self) -> bool:
+        """False once the engine is dead; the sidecar then reports NOT_SERVING."""

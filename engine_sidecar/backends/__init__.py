@@ -1,0 +1,1 @@
+"""Engine backends: sim (CPU, deterministic), vllm (in-process AsyncLLM), triton."""

@@ -1,0 +1,202 @@
+"""SimBackend: the sim engine core driven by one asyncio task, behind the Backend protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+
+from engine_sidecar.backend import (
+    BackendInfo,
+    DeltaSink,
+    EngineRequest,
+    ErrorCode,
+    LoadSnapshot,
+    ModelCard,
+    RequestError,
+)
+from engine_sidecar.backends.sim.config import SimConfig
+from engine_sidecar.backends.sim.core import SimCore
+from engine_sidecar.backends.sim.tokenizer import VOCAB_SIZE, SimTokenizer
+
+CRASH_EXIT_CODE = 17
+# Behind the pacing deadline by more than this, the loop stops trying to catch up.
+_MAX_LAG_S = 0.05
+
+
+def _too_long(max_len: int, prompt: int, completion: int, what: str) -> str:
+    total = prompt + completion
+    return (
+        f"This model's maximum context length is {max_len} tokens. However, you requested "
+        f"{total} tokens ({prompt} in the {what}, {completion} in the completion). "
+        f"Please reduce the length of the {what} or completion."
+    )
+
+
+class SimBackend:
+    """A CPU model of a vLLM-like engine (see core.py); `exit_fn` is the crash fault's os._exit."""
+
+    def __init__(self, config: SimConfig, *, exit_fn: Callable[[int], object] = os._exit) -> None:
+        self.config = config
+        self.tokenizer = SimTokenizer()
+        self.core = SimCore(config, self.tokenizer)
+        self._exit = exit_fn
+        self._loras = frozenset(config.loras)
+        self._sink: DeltaSink | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._stopped = False
+        self._died = False  # the loop ended with an exception (kept after stop())
+        self.hung = False
+
+    # --- Backend -------------------------------------------------------------------------
+    def info(self) -> BackendInfo:
+        c = self.config
+        card = ModelCard(c.model, c.max_model_len, tuple(c.loras))
+        return BackendInfo(
+            backend="sim",
+            models=(card,),
+            max_num_seqs=c.max_num_seqs,
+            extra={"profile": c.profile, "block_size": str(c.block_size)},
+        )
+
+    async def start(self, sink: DeltaSink) -> None:
+        if self._task is not None:
+            raise RuntimeError("SimBackend already started")
+        self._sink = sink
+        self._stopped = False
+        self._task = asyncio.create_task(self._run(sink), name="sim-engine")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        self._stopped = True
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
+            except Exception:
+                self._died = True  # the loop had died already; healthy() says so
+        deltas = self.core.abort_all()
+        if deltas and self._sink is not None:
+            self._sink(deltas)
+
+    def submit(self, request: EngineRequest) -> None:
+        prompt_ids = self._validate(request)
+        self.core.add(request, prompt_ids)
+        self._wake.set()
+
+    def abort(self, key: int) -> None:
+        self.core.abort(key)
+
+    def load(self) -> LoadSnapshot:
+        core = self.core
+        return LoadSnapshot(
+            running=core.num_running,
+            waiting=core.num_waiting,
+            kv_usage=core.kv.usage(),
+            max_num_seqs=self.config.max_num_seqs,
+            ready=self._task is not None and not self._stopped and self.healthy(),
+            preemptions=core.preemptions,
+            prefix_hit_rate=core.kv.prefix_hit_rate(),
+            generated_tokens=core.generated_tokens,
+        )
+
+    def healthy(self) -> bool:
+        task = self._task
+        if task is not None and task.done() and not task.cancelled():
+            self._died = self._died or task.exception() is not None
+        return not self._died
+
+    # --- validation ----------------------------------------------------------------------
+    def _validate(self, r: EngineRequest) -> list[int]:
+        """Checks a request and returns its prompt token ids, or raises RequestError."""
+        c = self.config
+        bad = ErrorCode.INVALID_ARGUMENT
+        if self._stopped:
+            raise RequestError(ErrorCode.UNAVAILABLE, "the sim engine is stopped")
+        if r.model != c.model:
+            raise RequestError(
+                ErrorCode.NOT_FOUND, f"The model `{r.model}` does not exist.", "model"
+            )
+        if r.lora and r.lora not in self._loras:
+            raise RequestError(
+                ErrorCode.NOT_FOUND, f"The LoRA adapter `{r.lora}` does not exist.", "lora"
+            )
+        if r.key in self.core:
+            raise RequestError(bad, f"duplicate request key {r.key}", "key")
+        inputs = [x is not None for x in (r.prompt, r.messages, r.prompt_token_ids)]
+        if sum(inputs) != 1:
+            raise RequestError(
+                bad, "exactly one of prompt, messages, prompt_token_ids must be set", "prompt"
+            )
+        max_tokens = r.sampling.max_tokens
+        if max_tokens <= 0:
+            raise RequestError(
+                bad, f"max_tokens must be at least 1, got {max_tokens}", "max_tokens"
+            )
+        tok = self.tokenizer
+        if r.messages is not None:
+            field, what = "messages", "messages"
+            ids = tok.encode(tok.apply_chat_template(r.messages)) if r.messages else []
+        elif r.prompt is not None:
+            field, what = "prompt", "prompt"
+            ids = tok.encode(r.prompt)
+        else:
+            field, what = "prompt", "prompt"
+            ids = list(r.prompt_token_ids or ())
+            if any(not 0 <= t < VOCAB_SIZE for t in ids):
+                raise RequestError(bad, f"prompt token ids must be in [0, {VOCAB_SIZE})", field)
+        if not ids:
+            raise RequestError(bad, f"the {what} must not be empty", field)
+        resume = r.resume_token_ids
+        if len(resume) > max_tokens or any(not 0 <= t < VOCAB_SIZE for t in resume):
+            raise RequestError(
+                bad,
+                f"resume_token_ids must be at most max_tokens ids in [0, {VOCAB_SIZE})",
+                "resume_token_ids",
+            )
+        n, max_len = len(ids), c.max_model_len
+        if n > max_len:
+            raise RequestError(bad, _too_long(max_len, n, max_tokens, what), field)
+        if n + max_tokens > max_len:
+            raise RequestError(bad, _too_long(max_len, n, max_tokens, what), "max_tokens")
+        return ids
+
+    # --- the loop ------------------------------------------------------------------------
+    async def _run(self, sink: DeltaSink) -> None:
+        core = self.core
+        faults = self.config.faults
+        slow = faults.slow_token_s
+        crash_after = faults.crash_after_tokens
+        hang_after = faults.hang_after_tokens
+        clock = time.monotonic
+        deadline = clock()
+        while True:
+            if self.hung:
+                await asyncio.Event().wait()  # stalls until stop() cancels the loop
+            if not core.has_work:
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = clock()
+                continue
+            result = core.step()
+            if result.deltas:
+                sink(result.deltas)
+            generated = core.generated_tokens
+            if crash_after is not None and generated >= crash_after:
+                self._exit(CRASH_EXIT_CODE)
+            if hang_after is not None and generated >= hang_after:
+                self.hung = True
+            deadline += result.duration_s + slow
+            delay = deadline - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                if delay < -_MAX_LAG_S:
+                    deadline = clock()
+                await asyncio.sleep(0)

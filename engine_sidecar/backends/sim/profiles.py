@@ -1,0 +1,42 @@
+"""Timing profiles: how long one engine step of the sim engine takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TimingProfile:
+    """Step time = decode part (if anything runs) + prefill part (if any uncached tokens)."""
+
+    decode_base_s: float = 0.0  # per decode step
+    decode_per_seq_s: float = 0.0  # added per running sequence
+    prefill_per_token_s: float = 0.0  # per UNCACHED prompt token
+    prefill_base_s: float = 0.0  # added to a step that prefills anything
+
+
+PROFILES: dict[str, TimingProfile] = {
+    # Tests: every step takes no time.
+    "instant": TimingProfile(),
+    # Tests that need a stream to last a while: ~500 steps/s.
+    "fast": TimingProfile(
+        decode_base_s=0.002, decode_per_seq_s=0.00002, prefill_per_token_s=0.00001
+    ),
+    # The seeds' figures: ~45 tokens/s for one stream, prefill ~8k tokens/s.
+    "llama-70b-a100-tp8": TimingProfile(
+        decode_base_s=0.022,
+        decode_per_seq_s=0.0001,
+        prefill_per_token_s=0.00012,
+        prefill_base_s=0.005,
+    ),
+}
+
+
+def step_time_s(profile: TimingProfile, num_running: int, prefill_tokens: int) -> float:
+    """Seconds one step takes with `num_running` sequences and `prefill_tokens` to compute."""
+    t = 0.0
+    if num_running > 0:
+        t += profile.decode_base_s + profile.decode_per_seq_s * num_running
+    if prefill_tokens > 0:
+        t += profile.prefill_base_s + profile.prefill_per_token_s * prefill_tokens
+    return t

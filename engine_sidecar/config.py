@@ -1,0 +1,40 @@
+"""The sidecar's typed configuration."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from engine_sidecar.backends.sim.config import SimConfig
+
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    name: str = "sidecar"
+    host: str = "127.0.0.1"
+    port: Port = 50061
+    backend: Literal["sim"] = "sim"
+    sim: SimConfig = SimConfig()
+    # Shard group: a replica spanning several sidecars (TP/PP across nodes).
+    group: str = ""
+    rank: Annotated[int, msgspec.Meta(ge=0)] = 0
+    world_size: Annotated[int, msgspec.Meta(ge=1)] = 1
+    heartbeat_interval_s: PositiveFloat = 0.5
+    drain_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+    # Deltas a link may hold for a gateway that stopped reading before the link is dropped.
+    max_link_pending: Annotated[int, msgspec.Meta(gt=0)] = 1_000_000
+
+    def __post_init__(self) -> None:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} must be below world_size {self.world_size}")
+
+
+def decode(obj: Any, path: str = "") -> SidecarConfig:
+    """Build a config from plain data; errors name the bad field (`$.sim.profile`)."""
+    try:
+        return msgspec.convert(obj, SidecarConfig)
+    except msgspec.ValidationError as e:
+        raise ValueError(f"{path}{e}") from None

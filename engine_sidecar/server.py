@@ -1,0 +1,98 @@
+"""Runs one sidecar: the backend, the Engine service, health, and a graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from shardgate.v1 import engine_pb2_grpc as pb_grpc
+
+from engine_sidecar.backend import Backend
+from engine_sidecar.backends.sim import SimBackend
+from engine_sidecar.config import SidecarConfig
+from engine_sidecar.hub import Hub
+from engine_sidecar.servicer import EngineServicer
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "shardgate.engine.v1.Engine"
+
+
+def make_backend(config: SidecarConfig) -> Backend:
+    if config.backend == "sim":
+        return SimBackend(config.sim)
+    raise ValueError(f"unknown backend {config.backend!r}")
+
+
+class Sidecar:
+    """A started sidecar; `port` is the bound port (useful with port 0)."""
+
+    def __init__(self, config: SidecarConfig, backend: Backend | None = None) -> None:
+        self.config = config
+        self.backend = backend or make_backend(config)
+        self.hub = Hub(self.backend)
+        self.servicer = EngineServicer(config, self.backend, self.hub)
+        self.health = health.aio.HealthServicer()
+        self.server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)]
+        )
+        self.port = 0
+        self._watch: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        pb_grpc.add_EngineServicer_to_server(self.servicer, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.port = self.server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        if self.port == 0:
+            raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
+        await self.backend.start(self.hub.sink)
+        await self.server.start()
+        await self._set_serving(True)
+        self._watch = asyncio.create_task(self._watch_engine())
+        log.info("sidecar %s serving on %s:%d", self.config.name, self.config.host, self.port)
+
+    async def _set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    async def _watch_engine(self) -> None:
+        """An engine that dies turns the sidecar NOT_SERVING at once."""
+        while True:
+            if not self.backend.healthy():
+                break
+            await asyncio.sleep(0.1)
+        log.error("engine is no longer healthy")
+        await self._set_serving(False)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Drain: refuse new work, let in-flight requests finish within the grace, then stop."""
+        grace = self.config.drain_grace_s if grace_s is None else grace_s
+        self.hub.draining = True
+        await self._set_serving(False)
+        for _ in range(max(1, round(grace / 0.05))):
+            if not self.hub.inflight:
+                break
+            await asyncio.sleep(0.05)
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await self.backend.stop()
+        await self.server.stop(1.0)
+
+
+async def serve(config: SidecarConfig, stop: asyncio.Event) -> None:
+    sidecar = Sidecar(config)
+    await sidecar.start()
+    try:
+        await stop.wait()
+    finally:
+        await sidecar.stop()

@@ -1,0 +1,91 @@
+"""The Engine gRPC service: Link (multiplexed), Generate (one request) and Info."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import grpc
+from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1 import engine_pb2_grpc as pb_grpc
+
+from engine_sidecar import convert
+from engine_sidecar.backend import Backend, ErrorCode, Finish, RequestError
+from engine_sidecar.config import SidecarConfig
+from engine_sidecar.hub import Hub, Outbox
+from engine_sidecar.link import LinkSession
+
+_STATUS = {
+    ErrorCode.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+
+class EngineServicer(pb_grpc.EngineServicer):
+    def __init__(self, config: SidecarConfig, backend: Backend, hub: Hub) -> None:
+        self._config = config
+        self._backend = backend
+        self._hub = hub
+        self.sidecar_id = f"{config.name}-{uuid.uuid4().hex[:8]}"
+        self.links = 0
+
+    def info_reply(self) -> pb.InfoReply:
+        c = self._config
+        reply = pb.InfoReply()
+        convert.fill_info(
+            reply,
+            sidecar_id=self.sidecar_id,
+            info=self._backend.info(),
+            group=c.group,
+            rank=c.rank,
+            world_size=c.world_size,
+            heartbeat_interval_s=c.heartbeat_interval_s,
+        )
+        convert.fill_load(reply.load, 0, self._backend.load())
+        return reply
+
+    async def Info(
+        self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InfoReply:
+        return self.info_reply()
+
+    async def Link(
+        self, request_iterator: AsyncIterator[pb.LinkRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.LinkResponse]:
+        c = self._config
+        session = LinkSession(
+            self._hub,
+            self.info_reply(),
+            self._backend.load,
+            c.heartbeat_interval_s,
+            c.max_link_pending,
+            lambda: not c.sim.faults.stop_heartbeats,
+        )
+        self.links += 1
+        try:
+            async for msg in session.run(request_iterator):
+                yield msg
+        finally:
+            self.links -= 1
+
+    async def Generate(
+        self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Delta]:
+        box = Outbox(self._config.max_link_pending)
+        try:
+            self._hub.submit(box, 0, convert.to_request(request, 0))
+        except RequestError as e:
+            await context.abort(_STATUS.get(e.code, grpc.StatusCode.INTERNAL), e.message)
+        try:
+            while True:
+                await box.wait()
+                for key, d in box.take():
+                    out = pb.Delta()
+                    convert.fill_delta(out, key, d)
+                    yield out
+                    if d.finish is not Finish.NONE:
+                        return
+        finally:
+            self._hub.release(box)

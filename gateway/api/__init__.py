@@ -1,0 +1,1 @@
+"""The gateway's API edges: wire protocols translated to and from the core types."""

@@ -1,0 +1,139 @@
+"""The public gRPC API (protos/shardgate/v1/gateway.proto), plus health and reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import AsyncIterator
+
+import grpc
+from shardgate.v1 import gateway_pb2 as pb
+from shardgate.v1 import gateway_pb2_grpc as pb_grpc
+
+from gateway.config.schema import GatewaySettings
+from gateway.runtime.dispatch import Dispatcher
+from gateway.runtime.fleet import Fleet
+from gateway.types import (
+    FINISH_REASON,
+    Finish,
+    GatewayError,
+    GenerationRequest,
+    InvalidRequest,
+    Message,
+    Sampling,
+    Unavailable,
+)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gateway"].full_name
+
+_CODES = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.INVALID_ARGUMENT,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def status_of(err: GatewayError) -> grpc.StatusCode:
+    return _CODES.get(err.status, grpc.StatusCode.INTERNAL)
+
+
+def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequest:
+    if not m.model:
+        raise InvalidRequest("model is required", "model")
+    which = m.WhichOneof("input")
+    if which is None:
+        raise InvalidRequest("one of prompt or chat is required", "input")
+    if which == "chat" and not m.chat.messages:
+        raise InvalidRequest("chat.messages must not be empty", "chat.messages")
+    if m.max_tokens < 0:
+        raise InvalidRequest("max_tokens must be greater than 0", "max_tokens")
+    if m.HasField("temperature") and not 0 <= m.temperature <= 2:
+        raise InvalidRequest("temperature must be between 0 and 2", "temperature")
+    if m.HasField("top_p") and not 0 < m.top_p <= 1:
+        raise InvalidRequest("top_p must be in (0, 1]", "top_p")
+    if len(m.stop) > 4:
+        raise InvalidRequest("at most 4 stop sequences", "stop")
+    if m.request_id and not _REQUEST_ID.match(m.request_id):
+        raise InvalidRequest("request_id must be 1-128 of [A-Za-z0-9._:-]", "request_id")
+    return GenerationRequest(
+        request_id=m.request_id or uuid.uuid4().hex,
+        model=m.model,
+        sampling=Sampling(
+            max_tokens=m.max_tokens or default_max_tokens,
+            temperature=m.temperature if m.HasField("temperature") else 1.0,
+            top_p=m.top_p if m.HasField("top_p") else 1.0,
+            seed=m.seed if m.HasField("seed") else None,
+            stop=tuple(m.stop),
+            ignore_eos=m.ignore_eos,
+        ),
+        prompt=m.prompt if which == "prompt" else None,
+        messages=(
+            tuple(Message(x.role, x.content) for x in m.chat.messages) if which == "chat" else None
+        ),
+        stream=True,
+        priority=m.priority if m.HasField("priority") else None,
+        session_id=m.session_id,
+    )
+
+
+class GatewayServicer(pb_grpc.GatewayServicer):
+    def __init__(self, fleet: Fleet, dispatcher: Dispatcher, settings: GatewaySettings) -> None:
+        self._fleet = fleet
+        self._dispatcher = dispatcher
+        self._settings = settings
+
+    async def ListModels(
+        self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListModelsResponse:
+        out = pb.ListModelsResponse()
+        for name, (max_len, replicas) in sorted(self._fleet.models().items()):
+            out.models.add(id=name, max_model_len=max_len, replicas=replicas)
+        return out
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        try:
+            req = to_request(request, self._settings.default_max_tokens)
+            gen = self._dispatcher.start(req)
+        except GatewayError as e:
+            await context.abort(status_of(e), e.message)
+        try:
+            try:
+                async with asyncio.timeout(self._settings.first_token_timeout_s):
+                    batch = await gen.take()
+            except TimeoutError:
+                raise Unavailable("Timed out waiting for the engine to start.") from None
+            await context.send_initial_metadata(
+                (("x-shardgate-replica", gen.replica), ("x-request-id", req.request_id))
+            )
+            async with asyncio.timeout(self._settings.request_timeout_s):
+                prompt = cached = completion = counted = 0
+                finish = Finish.NONE
+                while batch:
+                    for d in batch:
+                        counted += len(d.token_ids)
+                        if d.prompt_tokens:
+                            prompt, cached = d.prompt_tokens, d.cached_tokens
+                        out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
+                        if d.finish is not Finish.NONE:
+                            finish, completion = d.finish, d.completion_tokens
+                            completion = completion or counted
+                            out.finish_reason = FINISH_REASON.get(finish, "stop")
+                            out.model = req.model
+                            out.usage.prompt_tokens = prompt
+                            out.usage.completion_tokens = completion
+                            out.usage.total_tokens = prompt + completion
+                            out.usage.cached_tokens = cached
+                        yield out
+                    batch = await gen.take()
+        except GatewayError as e:
+            await context.abort(status_of(e), e.message)
+        finally:
+            gen.close()

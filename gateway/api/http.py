@@ -1,0 +1,132 @@
+"""The aiohttp binding: routes, request ids, and errors as OpenAI JSON."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gateway.api.openai import encode, protocol
+from gateway.api.openai.serving import OpenAIServing
+from gateway.config.schema import GatewaySettings
+from gateway.runtime.dispatch import Dispatcher
+from gateway.runtime.fleet import Fleet
+from gateway.types import GatewayError, ModelNotFound, PayloadTooLarge
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+REQUEST_ID = web.RequestKey("request_id", str)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+_HTTP_TYPES = {
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+}
+
+
+def error_response(err: GatewayError, request_id: str) -> web.Response:
+    return web.Response(
+        status=err.status,
+        body=encode.error_body(err),
+        content_type="application/json",
+        headers={"x-request-id": request_id},
+    )
+
+
+@web.middleware
+async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    rid = request.headers.get("x-request-id", "")
+    if not _REQUEST_ID.match(rid):
+        rid = uuid.uuid4().hex
+    request[REQUEST_ID] = rid
+    try:
+        resp = await handler(request)
+    except GatewayError as e:
+        return error_response(e, rid)
+    except web.HTTPRequestEntityTooLarge as e:
+        return error_response(PayloadTooLarge(f"Request body is too large: {e.text}"), rid)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        err = GatewayError(e.reason)
+        err.status = e.status
+        err.type = _HTTP_TYPES.get(e.status, "invalid_request_error")
+        return error_response(err, rid)
+    except Exception:
+        log.exception("request %s failed", rid)
+        return error_response(GatewayError("Internal error."), rid)
+    if not resp.prepared:
+        resp.headers["x-request-id"] = rid
+    return resp
+
+
+class HttpApi:
+    def __init__(self, fleet: Fleet, dispatcher: Dispatcher, settings: GatewaySettings) -> None:
+        self._fleet = fleet
+        self._settings = settings
+        self._serving = OpenAIServing(dispatcher, settings)
+        self._started = int(time.time())
+
+    def app(self) -> web.Application:
+        app = web.Application(
+            middlewares=[openai_errors], client_max_size=self._settings.max_body_bytes
+        )
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model:.+}", self.model)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        return app
+
+    def _check_length(self, request: web.Request) -> None:
+        length = request.content_length
+        if length is not None and length > self._settings.max_body_bytes:
+            raise PayloadTooLarge(
+                f"Request body is {length} bytes; the limit is {self._settings.max_body_bytes}."
+            )
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        self._check_length(request)
+        return await self._serving.generate(
+            request, request[REQUEST_ID], protocol.decode_chat, "chat"
+        )
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        self._check_length(request)
+        return await self._serving.generate(
+            request, request[REQUEST_ID], protocol.decode_completion, "completion"
+        )
+
+    async def models(self, request: web.Request) -> web.Response:
+        listed = [(name, ml) for name, (ml, _) in sorted(self._fleet.models().items())]
+        return web.Response(
+            body=encode.encode_models(listed, self._started), content_type="application/json"
+        )
+
+    async def model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        found = self._fleet.models().get(name)
+        if found is None:
+            raise ModelNotFound(f"The model `{name}` does not exist.", "model")
+        return web.Response(
+            body=encode.encode_model(name, found[0], self._started),
+            content_type="application/json",
+        )
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        models = self._fleet.models()
+        ready = bool(models) and all(replicas > 0 for _, replicas in models.values())
+        body = {"ready": ready, "models": {n: r for n, (_, r) in models.items()}}
+        return web.json_response(body, status=200 if ready else 503)

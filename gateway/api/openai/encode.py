@@ -1,0 +1,225 @@
+"""Encoding of OpenAI response bodies and SSE events into bytes.
+
+Streaming is the hot path: a `ChunkEncoder` renders the constant part of every chunk of its
+stream once, so each token chunk costs two byte copies and the JSON encoding of its text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+from gateway.types import GatewayError, Usage
+
+__all__ = [
+    "DONE",
+    "ChunkEncoder",
+    "ChunkKind",
+    "encode_chat_completion",
+    "encode_completion",
+    "encode_model",
+    "encode_models",
+    "error_body",
+]
+
+DONE: Final = b"data: [DONE]\n\n"
+
+ChunkKind = Literal["chat", "completion"]
+
+OWNED_BY: Final = "shardgate"
+
+_encoder: Final = msgspec.json.Encoder()
+_encode: Final = _encoder.encode
+_encode_into: Final = _encoder.encode_into
+
+_NO_CHOICE_TAIL: Final = b',"logprobs":null,"finish_reason":null}]}\n\n'
+
+
+def _scrub(text: str) -> str:
+    """`text` with lone surrogates (not encodable as UTF-8) replaced by U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+class ChunkEncoder:
+    """Renders the SSE events of one streamed response (chat or text completion)."""
+
+    __slots__ = (
+        "_finish_prefix",
+        "_head",
+        "_role_chunk",
+        "_token_prefix",
+        "_token_suffix",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        created: int,
+        kind: ChunkKind,
+    ) -> None:
+        if kind == "chat":
+            id_, obj = "chatcmpl-" + request_id, "chat.completion.chunk"
+        elif kind == "completion":
+            id_, obj = "cmpl-" + request_id, "text_completion"
+        else:
+            raise ValueError(f"unknown chunk kind {kind!r}")
+        # Everything up to the value of "choices": the same in every chunk of the stream.
+        head = b"".join(
+            (
+                b'data: {"id":',
+                _encode(id_),
+                b',"object":',
+                _encode(obj),
+                b',"created":',
+                _encode(created),
+                b',"model":',
+                _encode(model),
+                b',"choices":',
+            )
+        )
+        self._head = head
+        if kind == "chat":
+            self._role_chunk = (
+                head + b'[{"index":0,"delta":{"role":"assistant","content":""}' + _NO_CHOICE_TAIL
+            )
+            self._token_prefix = head + b'[{"index":0,"delta":{"content":'
+            self._token_suffix = b"}" + _NO_CHOICE_TAIL
+            self._finish_prefix = head + b'[{"index":0,"delta":{},"logprobs":null,"finish_reason":'
+        else:
+            self._role_chunk = b""
+            self._token_prefix = head + b'[{"index":0,"text":'
+            self._token_suffix = _NO_CHOICE_TAIL
+            self._finish_prefix = head + b'[{"index":0,"text":"","logprobs":null,"finish_reason":'
+
+    def role_chunk(self) -> bytes:
+        """The first event of a chat stream (the assistant role); b"" for completions."""
+        return self._role_chunk
+
+    def token_chunk_into(self, buf: bytearray, text: str) -> None:
+        """Append one SSE event carrying `text` to `buf`."""
+        buf += self._token_prefix
+        try:
+            _encode_into(text, buf, -1)
+        except UnicodeEncodeError:  # lone surrogates: leaves buf as it was
+            _encode_into(_scrub(text), buf, -1)
+        buf += self._token_suffix
+
+    def finish_chunk_into(self, buf: bytearray, finish_reason: str) -> None:
+        """Append the event with an empty delta/text and `finish_reason` to `buf`."""
+        buf += self._finish_prefix
+        _encode_into(finish_reason, buf, -1)
+        buf += b"}]}\n\n"
+
+    def usage_chunk_into(self, buf: bytearray, usage: Usage) -> None:
+        """Append the usage event (``"choices": []``, as with stream_options.include_usage)."""
+        buf += self._head
+        buf += b'[],"usage":'
+        _encode_into(_usage(usage), buf, -1)
+        buf += b"}\n\n"
+
+    @staticmethod
+    def error_event(message: str, type: str, code: int) -> bytes:
+        """An SSE event carrying an error that happened after the stream started."""
+        err = {"error": {"message": message, "type": type, "param": None, "code": code}}
+        return b"data: " + _encode(err) + b"\n\n"
+
+
+def encode_chat_completion(
+    request_id: str,
+    model: str,
+    created: int,
+    text: str,
+    finish_reason: str,
+    usage: Usage,
+) -> bytes:
+    """The body of a non-streaming chat completion (``"object": "chat.completion"``)."""
+    return _encode(
+        {
+            "id": "chatcmpl-" + request_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                }
+            ],
+            "usage": _usage(usage),
+        }
+    )
+
+
+def encode_completion(
+    request_id: str,
+    model: str,
+    created: int,
+    text: str,
+    finish_reason: str,
+    usage: Usage,
+) -> bytes:
+    """The body of a non-streaming text completion (``"object": "text_completion"``)."""
+    return _encode(
+        {
+            "id": "cmpl-" + request_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                }
+            ],
+            "usage": _usage(usage),
+        }
+    )
+
+
+def _model(model_id: str, max_model_len: int, created: int) -> dict[str, Any]:
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": created,
+        "owned_by": OWNED_BY,
+        "max_model_len": max_model_len,
+    }
+
+
+def encode_models(models: list[tuple[str, int]], created: int) -> bytes:
+    """The body of GET /v1/models; `models` holds (model id, max_model_len) pairs."""
+    return _encode({"object": "list", "data": [_model(m, n, created) for m, n in models]})
+
+
+def encode_model(model_id: str, max_model_len: int, created: int) -> bytes:
+    """The body of GET /v1/models/{model}."""
+    return _encode(_model(model_id, max_model_len, created))
+
+
+def error_body(err: GatewayError) -> bytes:
+    """The OpenAI-style error body for `err`; its HTTP status is `err.status`."""
+    return _encode(
+        {
+            "error": {
+                "message": err.message,
+                "type": err.type,
+                "param": err.param,
+                "code": err.status,
+            }
+        }
+    )

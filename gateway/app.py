@@ -1,0 +1,91 @@
+"""The composition root: the only place that wires concrete objects together."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from aiohttp import web
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from shardgate.v1 import gateway_pb2_grpc
+
+from gateway.api import grpc_api
+from gateway.api.http import HttpApi
+from gateway.config.schema import Config
+from gateway.runtime.dispatch import Dispatcher
+from gateway.runtime.fleet import Fleet
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    """A running gateway. Ports of None take the config's; 0 picks a free port."""
+
+    def __init__(
+        self, config: Config, http_port: int | None = None, grpc_port: int | None = None
+    ) -> None:
+        s = config.gateway
+        self.config = config
+        self.fleet = Fleet(config.sidecars, s.link)
+        self.dispatcher = Dispatcher(self.fleet, s.max_pending_deltas)
+        self.http_api = HttpApi(self.fleet, self.dispatcher, s)
+        self._http_port = s.http.port if http_port is None else http_port
+        self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
+        self._runner: web.AppRunner | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self.http_port = 0
+        self.grpc_port = 0
+
+    async def start(self) -> None:
+        s = self.config.gateway
+        self.fleet.start()
+        self._runner = web.AppRunner(
+            self.http_api.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, s.http.host, self._http_port, backlog=1024)
+        await site.start()
+        self.http_port = self._runner.addresses[0][1]
+
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", s.max_body_bytes),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        gateway_pb2_grpc.add_GatewayServicer_to_server(
+            grpc_api.GatewayServicer(self.fleet, self.dispatcher, s), server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (
+                grpc_api.SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        self.grpc_port = server.add_insecure_port(f"{s.grpc.host}:{self._grpc_port}")
+        if self.grpc_port == 0:
+            raise OSError(f"cannot bind {s.grpc.host}:{self._grpc_port}")
+        await server.start()
+        self._grpc = server
+        for name in ("", grpc_api.SERVICE_NAME):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "gateway: http %s:%d grpc %s:%d",
+            s.http.host,
+            self.http_port,
+            s.grpc.host,
+            self.grpc_port,
+        )
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        await self._health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(grace_s)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.fleet.close()

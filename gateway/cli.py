@@ -1,0 +1,77 @@
+"""The `shardgate` command: up, gateway, sidecar."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import uvloop
+
+from engine_sidecar import cli as sidecar_cli
+from gateway import cluster
+from gateway.app import Gateway
+from gateway.config.loader import ConfigError, load
+from gateway.config.schema import Config
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def _run(coro: object) -> int:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return int(runner.run(coro))  # type: ignore[arg-type]
+
+
+async def _gateway(config: Config, http_port: int | None, grpc_port: int | None) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    gw = Gateway(config, http_port, grpc_port)
+    await gw.start()
+    try:
+        await stop.wait()
+    finally:
+        await gw.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="shardgate", description="LLM-serving gateway")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("up", "start the local sidecars of a config, then the gateway"),
+        ("gateway", "run the gateway only"),
+    ):
+        c = sub.add_parser(name, help=text)
+        c.add_argument("--config", default="configs/local.yaml")
+        c.add_argument("--http-port", type=int)
+        c.add_argument("--grpc-port", type=int)
+        c.add_argument("--log-level", default="INFO")
+    sidecar_cli.add_arguments(sub.add_parser("sidecar", help="run one engine sidecar"))
+    c = sub.add_parser("check-config", help="validate a config file")
+    c.add_argument("file")
+
+    args = p.parse_args(argv)
+    if args.command == "sidecar":
+        return sidecar_cli.run(args)
+    path = args.file if args.command == "check-config" else args.config
+    try:
+        config = load(path)
+        cluster.check_launch(config)
+    except (ConfigError, ValueError) as e:
+        print(f"shardgate: {e}", file=sys.stderr)
+        return 2
+    if args.command == "check-config":
+        print(f"{path}: ok")
+        return 0
+    _logging(args.log_level)
+    if args.command == "up":
+        return _run(cluster.up(config, args.http_port, args.grpc_port, args.log_level))
+    return _run(_gateway(config, args.http_port, args.grpc_port))

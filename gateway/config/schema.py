@@ -1,0 +1,66 @@
+"""The gateway's configuration schema (msgspec-typed YAML; errors name the bad field)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class Listen(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    host: str = "127.0.0.1"
+    port: Port
+
+
+class LinkSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    connect_timeout_s: Seconds = 5.0
+    # No message (deltas or heartbeat) for this long: the link is dead and reconnects.
+    heartbeat_timeout_s: Seconds = 3.0
+    reconnect_min_s: Seconds = 0.1
+    reconnect_max_s: Seconds = 5.0
+    # Submits/aborts waiting for the link writer before new requests are refused.
+    max_outgoing: Annotated[int, msgspec.Meta(gt=0)] = 100_000
+
+
+class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    http: Listen = Listen(port=8080)
+    grpc: Listen = Listen(port=50051)
+    max_body_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8 << 20
+    default_max_tokens: Annotated[int, msgspec.Meta(gt=0)] = 256
+    # Whole-request deadline and the wait for a request's first engine output.
+    request_timeout_s: Seconds = 600.0
+    first_token_timeout_s: Seconds = 60.0
+    # Deltas a slow client may have pending before they are merged into one.
+    max_pending_deltas: Annotated[int, msgspec.Meta(gt=0)] = 1024
+    link: LinkSettings = LinkSettings()
+
+
+class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    name: str
+    address: str
+    # What `shardgate up` starts for this endpoint: a sidecar config (see engine_sidecar.config),
+    # its host and port taken from `address`. Absent: the sidecar runs elsewhere.
+    launch: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        host, sep, port = self.address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"address {self.address!r} must be host:port")
+
+
+class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    gateway: GatewaySettings = GatewaySettings()
+    sidecars: list[SidecarEndpoint] = []
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.sidecars]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate sidecar names: {sorted(dup)}")

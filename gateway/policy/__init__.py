@@ -1,0 +1,1 @@
+"""Pure decisions: no I/O, no awaits, injected clocks and randomness."""

@@ -1,0 +1,1 @@
+"""The async drivers: fleet of links, request streams, dispatch."""

@@ -1,0 +1,98 @@
+"""Core <-> engine wire conversions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardgate.v1 import engine_pb2 as pb
+
+from gateway.types import (
+    GatewayError,
+    GenerationRequest,
+    InvalidRequest,
+    ModelNotFound,
+    Unavailable,
+    UpstreamError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointInfo:
+    sidecar_id: str
+    backend: str
+    models: dict[str, int]  # served model -> max_model_len
+    loras: dict[str, tuple[str, ...]]
+    group: str
+    rank: int
+    world_size: int
+    max_num_seqs: int
+    heartbeat_interval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    seq: int
+    running: int
+    waiting: int
+    kv_usage: float
+    max_num_seqs: int
+    ready: bool
+
+
+def endpoint_info(m: pb.InfoReply) -> EndpointInfo:
+    return EndpointInfo(
+        sidecar_id=m.sidecar_id,
+        backend=m.backend,
+        models={c.name: c.max_model_len for c in m.models},
+        loras={c.name: tuple(c.loras) for c in m.models},
+        group=m.group,
+        rank=m.rank,
+        world_size=max(1, m.world_size),
+        max_num_seqs=m.max_num_seqs,
+        heartbeat_interval_s=m.heartbeat_interval_s,
+    )
+
+
+def load(m: pb.LoadReport) -> Load:
+    return Load(m.seq, m.running, m.waiting, m.kv_usage, m.max_num_seqs, m.ready)
+
+
+def to_submit(req: GenerationRequest, key: int) -> pb.SubmitRequest:
+    s = req.sampling
+    sampling = pb.SamplingParams(
+        max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        stop=s.stop,
+        ignore_eos=s.ignore_eos,
+    )
+    if s.seed is not None:
+        sampling.seed = s.seed
+    msg = pb.SubmitRequest(
+        key=key,
+        request_id=req.request_id,
+        model=req.model,
+        sampling=sampling,
+        priority=req.priority or 0,
+        lora=req.lora,
+    )
+    if req.messages is not None:
+        msg.chat.messages.extend(
+            pb.ChatMessage(role=m.role, content=m.content) for m in req.messages
+        )
+    else:
+        msg.prompt = req.prompt or ""
+    return msg
+
+
+def delta_error(d: pb.Delta) -> GatewayError:
+    field = d.error_field or None
+    code = d.error_code
+    if code == pb.ERROR_INVALID_ARGUMENT:
+        return InvalidRequest(d.error_message, field)
+    if code == pb.ERROR_NOT_FOUND:
+        return ModelNotFound(d.error_message, field)
+    if code == pb.ERROR_UNAVAILABLE:
+        return Unavailable(d.error_message)
+    return UpstreamError(d.error_message or "the engine failed the request")

@@ -1,0 +1,200 @@
+"""One long-lived multiplexed Link stream to a sidecar, with reconnection.
+
+All requests to the sidecar share the stream: a writer task sends the submits and aborts queued
+since its last write in one message; one reader task hands each delta to its request's collector
+without awaiting. No message for `heartbeat_timeout_s` means the sidecar is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+
+import grpc
+from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1 import engine_pb2_grpc as pb_grpc
+
+from gateway.config.schema import LinkSettings
+from gateway.runtime.stream import ResponseStream
+from gateway.types import Delta, Finish, GenerationRequest, Unavailable
+from gateway.upstream import convert
+
+log = logging.getLogger(__name__)
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
+class EngineLink:
+    def __init__(self, name: str, address: str, settings: LinkSettings) -> None:
+        self.name = name
+        self.address = address
+        self.settings = settings
+        self.info: convert.EndpointInfo | None = None
+        self.load: convert.Load | None = None
+        self.connected = False
+        self.streams: dict[int, ResponseStream] = {}
+        self._keys = itertools.count(1)
+        self._submits: list[pb.SubmitRequest] = []
+        self._aborts: list[int] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._connected_once = asyncio.Event()
+
+    # -- what the router reads -------------------------------------------------------------
+    @property
+    def routable(self) -> bool:
+        return self.connected and self.load is not None and self.load.ready
+
+    @property
+    def inflight(self) -> int:
+        return len(self.streams)
+
+    def serves(self, model: str) -> bool:
+        return self.info is not None and model in self.info.models
+
+    # -- requests ------------------------------------------------------------------------
+    def submit(self, req: GenerationRequest, stream: ResponseStream) -> int:
+        if not self.connected:
+            raise Unavailable(f"sidecar {self.name} is not connected")
+        if len(self._submits) >= self.settings.max_outgoing:
+            raise Unavailable(f"sidecar {self.name} link is saturated")
+        key = next(self._keys)
+        self.streams[key] = stream
+        self._submits.append(convert.to_submit(req, key))
+        self._wake.set()
+        return key
+
+    def abort(self, key: int) -> None:
+        if self.streams.pop(key, None) is not None and self.connected:
+            self._aborts.append(key)
+            self._wake.set()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"link-{self.name}")
+
+    async def wait_connected(self, timeout_s: float) -> bool:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._connected_once.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        s = self.settings
+        backoff = s.reconnect_min_s
+        while True:
+            try:
+                await self._session()
+                backoff = s.reconnect_min_s
+            except asyncio.CancelledError:
+                self._lost("gateway is shutting down")
+                raise
+            except Exception as e:
+                log.warning("link %s (%s): %s", self.name, self.address, e or type(e).__name__)
+            self._lost(f"lost the link to sidecar {self.name}")
+            await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
+            backoff = min(s.reconnect_max_s, backoff * 2)
+
+    def _lost(self, why: str) -> None:
+        was = self.connected
+        self.connected = False
+        self._submits.clear()
+        self._aborts.clear()
+        streams, self.streams = self.streams, {}
+        for stream in streams.values():
+            stream.fail(Unavailable(why))
+        if was:
+            log.warning("link %s down: %s", self.name, why)
+
+    async def _session(self) -> None:
+        s = self.settings
+        async with grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS) as channel:
+            async with asyncio.timeout(s.connect_timeout_s):
+                await channel.channel_ready()
+                call = pb_grpc.EngineStub(channel).Link()
+                first = await call.read()
+            if first is grpc.aio.EOF or not first.HasField("info"):
+                raise ConnectionError("the sidecar did not announce itself")
+            self.info = convert.endpoint_info(first.info)
+            self.load = convert.load(first.load)
+            self.connected = True
+            self._connected_once.set()
+            log.info("link %s up: %s", self.name, self.info.sidecar_id)
+            writer = asyncio.create_task(self._write(call))
+            try:
+                await self._read(call)
+            finally:
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await writer
+                call.cancel()
+
+    async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
+        timeout = self.settings.heartbeat_timeout_s
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._submits and not self._aborts:
+                continue
+            msg = pb.LinkRequest(submits=self._submits, aborts=self._aborts)
+            self._submits = []
+            self._aborts = []
+            async with asyncio.timeout(timeout):
+                await call.write(msg)
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+        loop = asyncio.get_running_loop()
+        hb = self.settings.heartbeat_timeout_s
+        streams = self.streams
+        async with asyncio.timeout(hb) as deadline:
+            while True:
+                msg = await call.read()
+                if msg is grpc.aio.EOF:
+                    raise ConnectionError("the sidecar closed the link")
+                deadline.reschedule(loop.time() + hb)
+                streams = self.streams
+                for d in msg.deltas:
+                    stream = streams.get(d.key)
+                    if stream is None:
+                        continue
+                    finish = d.finish
+                    if not finish and not d.prompt_tokens:
+                        stream.push(Delta(list(d.token_ids), d.text))
+                        continue
+                    if finish:
+                        del streams[d.key]
+                        if finish == pb.FINISH_ERROR:
+                            stream.fail(convert.delta_error(d))
+                            continue
+                        if finish == pb.FINISH_ABORT:
+                            stream.fail(Unavailable("The engine stopped the request."))
+                            continue
+                    stream.push(
+                        Delta(
+                            list(d.token_ids),
+                            d.text,
+                            Finish(finish),
+                            d.prompt_tokens,
+                            d.cached_tokens,
+                            d.completion_tokens,
+                        )
+                    )
+                if msg.HasField("load"):
+                    self.load = convert.load(msg.load)

@@ -1,0 +1,196 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Finish(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINISH_NONE: _ClassVar[Finish]
+    FINISH_STOP: _ClassVar[Finish]
+    FINISH_LENGTH: _ClassVar[Finish]
+    FINISH_ABORT: _ClassVar[Finish]
+    FINISH_ERROR: _ClassVar[Finish]
+
+class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_NONE: _ClassVar[ErrorCode]
+    ERROR_INVALID_ARGUMENT: _ClassVar[ErrorCode]
+    ERROR_NOT_FOUND: _ClassVar[ErrorCode]
+    ERROR_UNAVAILABLE: _ClassVar[ErrorCode]
+    ERROR_INTERNAL: _ClassVar[ErrorCode]
+FINISH_NONE: Finish
+FINISH_STOP: Finish
+FINISH_LENGTH: Finish
+FINISH_ABORT: Finish
+FINISH_ERROR: Finish
+ERROR_NONE: ErrorCode
+ERROR_INVALID_ARGUMENT: ErrorCode
+ERROR_NOT_FOUND: ErrorCode
+ERROR_UNAVAILABLE: ErrorCode
+ERROR_INTERNAL: ErrorCode
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class ChatMessages(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+
+class TokenIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    ignore_eos: bool
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("key", "request_id", "model", "prompt", "chat", "prompt_token_ids", "resume_token_ids", "sampling", "priority", "lora")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    LORA_FIELD_NUMBER: _ClassVar[int]
+    key: int
+    request_id: str
+    model: str
+    prompt: str
+    chat: ChatMessages
+    prompt_token_ids: TokenIds
+    resume_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    sampling: SamplingParams
+    priority: int
+    lora: str
+    def __init__(self, key: _Optional[int] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., resume_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., lora: _Optional[str] = ...) -> None: ...
+
+class LinkRequest(_message.Message):
+    __slots__ = ("submits", "aborts")
+    SUBMITS_FIELD_NUMBER: _ClassVar[int]
+    ABORTS_FIELD_NUMBER: _ClassVar[int]
+    submits: _containers.RepeatedCompositeFieldContainer[SubmitRequest]
+    aborts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, submits: _Optional[_Iterable[_Union[SubmitRequest, _Mapping]]] = ..., aborts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Delta(_message.Message):
+    __slots__ = ("key", "token_ids", "text", "finish", "prompt_tokens", "cached_tokens", "completion_tokens", "error_code", "error_message", "error_field")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_FIELD_NUMBER: _ClassVar[int]
+    key: int
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    finish: Finish
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    error_code: ErrorCode
+    error_message: str
+    error_field: str
+    def __init__(self, key: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish: _Optional[_Union[Finish, str]] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., error_field: _Optional[str] = ...) -> None: ...
+
+class LoadReport(_message.Message):
+    __slots__ = ("seq", "running", "waiting", "kv_usage", "max_num_seqs", "ready", "preemptions", "prefix_hit_rate", "generated_tokens")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    KV_USAGE_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    running: int
+    waiting: int
+    kv_usage: float
+    max_num_seqs: int
+    ready: bool
+    preemptions: int
+    prefix_hit_rate: float
+    generated_tokens: int
+    def __init__(self, seq: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., ready: _Optional[bool] = ..., preemptions: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., generated_tokens: _Optional[int] = ...) -> None: ...
+
+class ModelCard(_message.Message):
+    __slots__ = ("name", "max_model_len", "loras")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
+    LORAS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_model_len: int
+    loras: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., max_model_len: _Optional[int] = ..., loras: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class InfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InfoReply(_message.Message):
+    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s")
+    SIDECAR_ID_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    sidecar_id: str
+    backend: str
+    models: _containers.RepeatedCompositeFieldContainer[ModelCard]
+    group: str
+    rank: int
+    world_size: int
+    max_num_seqs: int
+    load: LoadReport
+    heartbeat_interval_s: float
+    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+
+class LinkResponse(_message.Message):
+    __slots__ = ("deltas", "load", "info")
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    deltas: _containers.RepeatedCompositeFieldContainer[Delta]
+    load: LoadReport
+    info: InfoReply
+    def __init__(self, deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., info: _Optional[_Union[InfoReply, _Mapping]] = ...) -> None: ...

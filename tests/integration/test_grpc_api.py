@@ -1,0 +1,103 @@
+"""The public gRPC API with generated stubs: streaming, errors, reflection, health."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import openai
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from shardgate.v1 import gateway_pb2 as pb
+from shardgate.v1 import gateway_pb2_grpc as pb_grpc
+
+from tests.integration.cluster import Cluster
+
+
+@pytest.fixture
+def channel(cluster: Cluster) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(cluster.grpc_target) as ch:
+        yield ch
+
+
+def chat_request(**kw: object) -> pb.GenerateRequest:
+    req = pb.GenerateRequest(model="sim-llama", max_tokens=32, ignore_eos=True, **kw)  # type: ignore[arg-type]
+    req.chat.messages.add(role="user", content="Tell me about shards.")
+    return req
+
+
+def test_stream_matches_http_and_ends_with_usage(cluster: Cluster, channel: grpc.Channel) -> None:
+    stub = pb_grpc.GatewayStub(channel)
+    call = stub.Generate(chat_request(), timeout=30)
+    responses = list(call)
+    metadata = dict(call.initial_metadata())
+    assert metadata["x-shardgate-replica"] in cluster.sidecar_targets()
+    token_ids = [t for r in responses for t in r.token_ids]
+    text = "".join(r.text for r in responses)
+    assert len(token_ids) == 32
+    last = responses[-1]
+    assert last.finish_reason == "length"
+    assert last.usage.completion_tokens == 32
+    assert last.usage.total_tokens == last.usage.prompt_tokens + 32
+    assert all(not r.HasField("usage") for r in responses[:-1])
+
+    client = openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="none", max_retries=0)
+    http = client.chat.completions.create(
+        model="sim-llama",
+        messages=[{"role": "user", "content": "Tell me about shards."}],
+        max_tokens=32,
+        extra_body={"ignore_eos": True},
+    )
+    assert http.choices[0].message.content == text
+    assert http.usage is not None and http.usage.prompt_tokens == last.usage.prompt_tokens
+
+
+@pytest.mark.parametrize(
+    ("request_", "code"),
+    [
+        (pb.GenerateRequest(model="sim-llama", max_tokens=4), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.GenerateRequest(prompt="hi", max_tokens=4), grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            pb.GenerateRequest(model="sim-llama", prompt="hi", max_tokens=-1),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            pb.GenerateRequest(model="sim-llama", prompt="hi", temperature=9),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            pb.GenerateRequest(model="sim-llama", prompt="word " * 5000, max_tokens=4),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (pb.GenerateRequest(model="nope", prompt="hi", max_tokens=4), grpc.StatusCode.NOT_FOUND),
+    ],
+)
+def test_invalid_requests_get_status_codes(
+    channel: grpc.Channel, request_: pb.GenerateRequest, code: grpc.StatusCode
+) -> None:
+    stub = pb_grpc.GatewayStub(channel)
+    with pytest.raises(grpc.RpcError) as e:
+        list(stub.Generate(request_, timeout=30))
+    assert e.value.code() == code
+    assert e.value.details()
+
+
+def test_list_models(channel: grpc.Channel) -> None:
+    reply = pb_grpc.GatewayStub(channel).ListModels(pb.ListModelsRequest(), timeout=10)
+    assert [(m.id, m.replicas) for m in reply.models] == [("sim-llama", 2)]
+
+
+def test_health_and_reflection(channel: grpc.Channel) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "shardgate.v1.Gateway"):
+        status = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
+    refl = reflection_pb2_grpc.ServerReflectionStub(channel)
+    replies = list(
+        refl.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
+    )
+    names = {s.name for s in replies[0].list_services_response.service}
+    assert {"shardgate.v1.Gateway", "grpc.health.v1.Health"} <= names

@@ -1,0 +1,211 @@
+"""The OpenAI HTTP/SSE API through the official SDK, against a real local cluster."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import openai
+import pytest
+
+from tests.integration.cluster import Cluster
+
+MESSAGES: list[Any] = [{"role": "user", "content": "Tell me about shards."}]
+
+
+@pytest.fixture
+def client(cluster: Cluster) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="none", max_retries=0)
+
+
+def post(cluster: Cluster, path: str, body: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+    req = urllib.request.Request(
+        f"{cluster.http_url}{path}", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read()), dict(resp.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), dict(e.headers)
+
+
+def test_models_list(client: openai.OpenAI) -> None:
+    ids = [m.id for m in client.models.list()]
+    assert ids == ["sim-llama"]
+    assert client.models.retrieve("sim-llama").id == "sim-llama"
+
+
+def test_streamed_chat_has_one_chunk_per_token_and_usage(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="sim-llama",
+        messages=MESSAGES,
+        stream=True,
+        max_tokens=64,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    contents: list[str] = []
+    finish = None
+    usage = None
+    roles = []
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+            assert chunk.choices == []
+            continue
+        choice = chunk.choices[0]
+        if choice.delta.role:
+            roles.append(choice.delta.role)
+        if choice.delta.content:
+            contents.append(choice.delta.content)
+        if choice.finish_reason:
+            finish = choice.finish_reason
+    assert roles == ["assistant"]
+    assert len(contents) == 64
+    assert finish == "length"
+    assert usage is not None
+    assert usage.completion_tokens == 64
+    assert usage.prompt_tokens > 0
+    assert usage.total_tokens == usage.prompt_tokens + 64
+
+
+def test_same_request_same_text_streamed_or_not(client: openai.OpenAI) -> None:
+    kwargs: dict[str, Any] = {"model": "sim-llama", "messages": MESSAGES, "max_tokens": 40}
+    full = client.chat.completions.create(**kwargs)
+    again = client.chat.completions.create(**kwargs)
+    streamed = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(**kwargs, stream=True)
+        if c.choices
+    )
+    text = full.choices[0].message.content
+    assert text
+    assert text == again.choices[0].message.content == streamed
+    assert full.usage is not None
+    assert full.usage.completion_tokens <= 40
+    assert full.choices[0].finish_reason in ("stop", "length")
+
+
+def test_completions_stream_and_unary(client: openai.OpenAI) -> None:
+    unary = client.completions.create(
+        model="sim-llama", prompt="Once upon a time", max_tokens=20, extra_body={"ignore_eos": True}
+    )
+    assert unary.usage is not None and unary.usage.completion_tokens == 20
+    assert unary.choices[0].finish_reason == "length"
+    pieces = [
+        c.choices[0].text
+        for c in client.completions.create(
+            model="sim-llama",
+            prompt="Once upon a time",
+            max_tokens=20,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        if c.choices and c.choices[0].text
+    ]
+    assert len(pieces) == 20
+    assert "".join(pieces) == unary.choices[0].text
+
+
+def test_eos_ends_a_generation_early_without_ignore_eos(client: openai.OpenAI) -> None:
+    # The sim emits EOS now and then: over many prompts some finish with "stop" before the limit.
+    finishes = set()
+    for i in range(30):
+        r = client.completions.create(model="sim-llama", prompt=f"prompt {i}", max_tokens=400)
+        assert r.usage is not None
+        finishes.add(r.choices[0].finish_reason)
+        if r.choices[0].finish_reason == "stop":
+            assert r.usage.completion_tokens < 400
+    assert "stop" in finishes
+
+
+def test_unknown_model_is_404(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="nope", messages=MESSAGES)
+    body = e.value.body
+    assert isinstance(body, dict)
+    assert body["param"] == "model"
+    assert "nope" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (b'{"messages": [{"role": "user", "content": "hi"}]}', "model"),
+        (b'{"model": "sim-llama"}', "messages"),
+        (b'{"model": "sim-llama", "messages": "hi"}', "messages"),
+        (
+            b'{"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}], '
+            b'"max_tokens": 0}',
+            "max_tokens",
+        ),
+        (
+            b'{"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}], '
+            b'"max_tokens": "ten"}',
+            "max_tokens",
+        ),
+        (
+            b'{"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}], '
+            b'"temperature": 7}',
+            "temperature",
+        ),
+        (
+            b'{"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}], '
+            b'"max_tokens": 4090}',
+            "max_tokens",
+        ),
+    ],
+)
+def test_bad_input_is_400_naming_the_field(
+    cluster: Cluster, body: bytes, param: str | None
+) -> None:
+    status, payload, headers = post(cluster, "/v1/chat/completions", body)
+    assert status == 400, payload
+    assert payload["error"]["type"] == "invalid_request_error"
+    assert payload["error"]["param"] == param
+    assert payload["error"]["message"]
+    assert headers.get("x-request-id")
+
+
+def test_prompt_over_the_context_is_400(client: openai.OpenAI) -> None:
+    long = "word " * 5000
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="sim-llama", messages=[{"role": "user", "content": long}], max_tokens=8
+        )
+    body = e.value.body
+    assert isinstance(body, dict)
+    assert body["param"] == "messages"
+    assert "context" in body["message"]
+
+
+def test_body_over_the_limit_is_413(cluster: Cluster) -> None:
+    big = json.dumps(
+        {"model": "sim-llama", "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
+    ).encode()
+    status, payload, _ = post(cluster, "/v1/chat/completions", big)
+    assert status == 413
+    assert payload["error"]["message"]
+
+
+def test_request_id_is_echoed(cluster: Cluster) -> None:
+    req = urllib.request.Request(
+        f"{cluster.http_url}/v1/completions",
+        data=b'{"model": "sim-llama", "prompt": "hi", "max_tokens": 2}',
+        headers={"Content-Type": "application/json", "x-request-id": "req-123"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.headers["x-request-id"] == "req-123"
+        assert resp.headers["x-shardgate-replica"] in cluster.sidecar_targets()
+        body = json.loads(resp.read())
+    assert body["id"].endswith("req-123")
+
+
+def test_unknown_route_is_json_404(cluster: Cluster) -> None:
+    status, payload, _ = post(cluster, "/v1/nothing", b"{}")
+    assert status == 404
+    assert payload["error"]["message"]

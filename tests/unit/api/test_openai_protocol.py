@@ -1,0 +1,552 @@
+"""Decoding and validation of OpenAI request bodies (gateway.api.openai.protocol)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+from gateway.api.openai.protocol import decode_chat, decode_completion
+from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
+
+USER = {"role": "user", "content": "hi"}
+
+
+def chat(**fields: Any) -> bytes:
+    body: dict[str, Any] = {"model": "m", "messages": [USER]}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+def completion(**fields: Any) -> bytes:
+    body: dict[str, Any] = {"model": "m", "prompt": "Once upon a time"}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+def without(body: bytes, key: str) -> bytes:
+    obj = json.loads(body)
+    del obj[key]
+    return json.dumps(obj).encode()
+
+
+# --- validation ------------------------------------------------------------------------------
+
+# (body, expected param) for fields both endpoints share, built with either body factory.
+COMMON_CASES: list[tuple[dict[str, Any], str]] = [
+    ({"model": 1}, "model"),
+    ({"model": ""}, "model"),
+    ({"model": None}, "model"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": -1}, "max_tokens"),
+    ({"max_tokens": 1.5}, "max_tokens"),
+    ({"max_tokens": True}, "max_tokens"),
+    ({"max_tokens": "5"}, "max_tokens"),
+    ({"max_tokens": 2**31}, "max_tokens"),
+    ({"max_completion_tokens": 0}, "max_completion_tokens"),
+    ({"max_completion_tokens": "x"}, "max_completion_tokens"),
+    ({"temperature": -0.1}, "temperature"),
+    ({"temperature": 2.01}, "temperature"),
+    ({"temperature": "hot"}, "temperature"),
+    ({"top_p": 0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"top_p": -1}, "top_p"),
+    ({"top_k": -2}, "top_k"),
+    ({"top_k": 1.5}, "top_k"),
+    ({"top_k": 2**31}, "top_k"),
+    ({"seed": -1}, "seed"),
+    ({"seed": 2**64}, "seed"),
+    ({"seed": "42"}, "seed"),
+    ({"seed": 1.5}, "seed"),
+    ({"stop": 5}, "stop"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"stop": [1]}, "stop"),
+    ({"stop": ["ok", None]}, "stop"),
+    ({"stop": ""}, "stop"),
+    ({"stop": ["a", ""]}, "stop"),
+    ({"stream": "yes"}, "stream"),
+    ({"stream": 1}, "stream"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),
+    ({"stream": False, "stream_options": {"include_usage": True}}, "stream_options"),
+    ({"stream": True, "stream_options": 5}, "stream_options"),
+    ({"stream": True, "stream_options": {"include_usage": "x"}}, "stream_options.include_usage"),
+    ({"n": 2}, "n"),
+    ({"n": 0}, "n"),
+    ({"n": "1"}, "n"),
+    ({"ignore_eos": 1}, "ignore_eos"),
+    ({"user": 5}, "user"),
+    ({"priority": 1.5}, "priority"),
+    ({"priority": 2**31}, "priority"),
+    ({"echo": True}, "echo"),
+    ({"echo": "no"}, "echo"),
+    ({"best_of": 2}, "best_of"),
+    ({"best_of": 0}, "best_of"),
+]
+
+CHAT_CASES: list[tuple[dict[str, Any], str]] = [
+    ({"messages": []}, "messages"),
+    ({"messages": "hi"}, "messages"),
+    ({"messages": None}, "messages"),
+    ({"messages": {"role": "user"}}, "messages"),
+    ({"messages": [1]}, "messages[0]"),
+    ({"messages": [{"content": "hi"}]}, "messages[0].role"),
+    ({"messages": [USER, {"role": "bot", "content": "x"}]}, "messages[1].role"),
+    ({"messages": [{"role": 1, "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": {"text": "x"}}]}, "messages[0].content"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
+    ({"messages": [USER, {"role": "system", "content": None}]}, "messages[1].content"),
+    ({"messages": [{"role": "user", "content": [1]}]}, "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": [{"text": "x"}]}]}, "messages[0].content[0].type"),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        "messages[0].content[0].text",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
+        "messages[0].content[0].text",
+    ),
+    (
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is this?"},
+                        {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                    ],
+                }
+            ]
+        },
+        "messages[0].content[1].type",
+    ),
+    ({"messages": [{"role": "user", "content": "x", "name": 5}]}, "messages[0].name"),
+    ({"logprobs": True}, "logprobs"),
+    ({"logprobs": 5}, "logprobs"),
+]
+
+COMPLETION_CASES: list[tuple[dict[str, Any], str]] = [
+    ({"prompt": 5}, "prompt"),
+    ({"prompt": None}, "prompt"),
+    ({"prompt": []}, "prompt"),
+    ({"prompt": ["a", "b"]}, "prompt"),
+    ({"prompt": [5]}, "prompt"),
+    ({"prompt": [1, 2, 3]}, "prompt"),
+    ({"prompt": [[1, 2, 3]]}, "prompt"),
+    ({"prompt": {"text": "x"}}, "prompt"),
+    ({"logprobs": 0}, "logprobs"),
+    ({"logprobs": 5}, "logprobs"),
+    ({"logprobs": True}, "logprobs"),
+]
+
+
+def _assert_invalid(decode: Callable[[bytes, str], GenerationRequest], body: bytes) -> str | None:
+    with pytest.raises(InvalidRequest) as info:
+        decode(body, "rid")
+    err = info.value
+    assert err.status == 400
+    assert err.type == "invalid_request_error"
+    assert err.message and err.message == str(err)
+    return err.param
+
+
+@pytest.mark.parametrize(("fields", "param"), COMMON_CASES + CHAT_CASES)
+def test_chat_invalid(fields: dict[str, Any], param: str) -> None:
+    assert _assert_invalid(decode_chat, chat(**fields)) == param
+
+
+@pytest.mark.parametrize(("fields", "param"), COMMON_CASES + COMPLETION_CASES)
+def test_completion_invalid(fields: dict[str, Any], param: str) -> None:
+    assert _assert_invalid(decode_completion, completion(**fields)) == param
+
+
+@pytest.mark.parametrize(
+    ("decode", "body", "param"),
+    [
+        (decode_chat, without(chat(), "model"), "model"),
+        (decode_chat, without(chat(), "messages"), "messages"),
+        (decode_completion, without(completion(), "model"), "model"),
+        (decode_completion, without(completion(), "prompt"), "prompt"),
+        (decode_chat, chat(messages=[{"content": "x"}]), "messages[0].role"),
+    ],
+)
+def test_missing_field(
+    decode: Callable[[bytes, str], GenerationRequest], body: bytes, param: str
+) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        decode(body, "rid")
+    assert info.value.param == param
+    assert info.value.message == f"Missing required parameter: '{param}'."
+
+
+VALID_FOR_BOTH = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "prompt": "p"}'
+
+
+@pytest.mark.parametrize("decode", [decode_chat, decode_completion])
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"{", b'{"model": "m",}', b"\xff\xfe", b"nope", VALID_FOR_BOTH + b" trailing"],
+)
+def test_malformed_json(decode: Callable[[bytes, str], GenerationRequest], body: bytes) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        decode(body, "rid")
+    assert info.value.status == 400
+    assert info.value.param is None
+    assert "not valid JSON" in info.value.message
+
+
+@pytest.mark.parametrize("decode", [decode_chat, decode_completion])
+@pytest.mark.parametrize("body", [b"[]", b'"hello"', b"42", b"null", b"true", b'[{"model": "m"}]'])
+def test_body_not_an_object(decode: Callable[[bytes, str], GenerationRequest], body: bytes) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        decode(body, "rid")
+    assert info.value.status == 400
+    assert info.value.param is None
+    assert "must be a JSON object" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_tokens": 0}, "Invalid value for 'max_tokens': must be an integer greater than 0"),
+        ({"temperature": 3}, "Invalid value for 'temperature': must be a number between 0 and 2"),
+        ({"n": 3}, "only n=1 is supported"),
+        ({"logprobs": True}, "logprobs is not supported"),
+        ({"echo": True}, "echo is not supported"),
+        ({"best_of": 3}, "only best_of=1 is supported"),
+        ({"stream_options": {"include_usage": True}}, "only allowed when 'stream' is enabled"),
+        (
+            {"messages": [{"role": "bot", "content": "x"}]},
+            "Invalid value for 'messages[0].role': must be one of 'system', 'user'",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "only 'text' content parts are supported, got 'image_url'",
+        ),
+    ],
+)
+def test_messages_are_human(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        decode_chat(chat(**fields), "rid")
+    assert message in info.value.message
+    assert "$." not in info.value.message and "`" not in info.value.message
+
+
+# --- accepted and ignored ----------------------------------------------------------------------
+
+IGNORED: dict[str, Any] = {
+    "frequency_penalty": 0.5,
+    "presence_penalty": -0.5,
+    "logit_bias": {"50256": -100},
+    "top_logprobs": 3,
+    "response_format": {"type": "json_object"},
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "metadata": {"k": "v"},
+    "store": False,
+    "service_tier": "auto",
+    "suffix": "the end",
+    "user": "alice",
+    "some_future_field": {"nested": [1, 2, 3]},
+    "echo": False,
+    "best_of": 1,
+    "n": 1,
+}
+
+
+def test_chat_ignores_unknown_and_unsupported_but_harmless_fields() -> None:
+    req = decode_chat(chat(**IGNORED, logprobs=False), "rid")
+    assert req == decode_chat(chat(), "rid")
+
+
+def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> None:
+    req = decode_completion(completion(**IGNORED, logprobs=None), "rid")
+    assert req == decode_completion(completion(), "rid")
+
+
+@pytest.mark.parametrize("decode, make", [(decode_chat, chat), (decode_completion, completion)])
+def test_explicit_nulls_mean_not_given(
+    decode: Callable[[bytes, str], GenerationRequest], make: Callable[..., bytes]
+) -> None:
+    nulls = dict.fromkeys(
+        [
+            "max_tokens",
+            "max_completion_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "seed",
+            "stop",
+            "stream",
+            "stream_options",
+            "n",
+            "ignore_eos",
+            "user",
+            "priority",
+            "logprobs",
+            "echo",
+            "best_of",
+        ]
+    )
+    assert decode(make(**nulls), "rid") == decode(make(), "rid")
+
+
+# --- happy paths -------------------------------------------------------------------------------
+
+
+def test_chat_maps_every_field() -> None:
+    body = chat(
+        model="llama-3-8b",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "developer", "content": "Answer in French."},
+            {"role": "user", "content": "hi", "name": "alice"},
+            {"role": "assistant", "content": None, "tool_calls": []},
+            {"role": "tool", "content": "42", "tool_call_id": "call_1"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "line one"}, {"type": "text", "text": "two"}],
+            },
+        ],
+        max_completion_tokens=77,
+        temperature=0.7,
+        top_p=0.9,
+        top_k=40,
+        seed=2**63,
+        stop=["\n\n", "END"],
+        stream=True,
+        stream_options={"include_usage": True},
+        ignore_eos=True,
+        user="alice",
+        priority=-3,
+    )
+    req = decode_chat(body, "req-1", default_max_tokens=999)
+    assert req == GenerationRequest(
+        request_id="req-1",
+        model="llama-3-8b",
+        sampling=Sampling(
+            max_tokens=77,
+            temperature=0.7,
+            top_p=0.9,
+            top_k=40,
+            seed=2**63,
+            stop=("\n\n", "END"),
+            ignore_eos=True,
+        ),
+        prompt=None,
+        messages=(
+            Message("system", "Be brief."),
+            Message("system", "Answer in French."),
+            Message("user", "hi"),
+            Message("assistant", ""),
+            Message("tool", "42"),
+            Message("user", "line one\ntwo"),
+        ),
+        stream=True,
+        include_usage=True,
+        priority=-3,
+    )
+
+
+def test_completion_maps_every_field() -> None:
+    body = completion(
+        model="llama-3-8b",
+        prompt=["The capital of France is"],
+        max_tokens=5,
+        temperature=0,
+        top_p=1,
+        top_k=-1,
+        seed=0,
+        stop="\n",
+        stream=True,
+        stream_options={"include_usage": False},
+        ignore_eos=False,
+        priority=7,
+    )
+    req = decode_completion(body, "req-2")
+    assert req == GenerationRequest(
+        request_id="req-2",
+        model="llama-3-8b",
+        sampling=Sampling(
+            max_tokens=5,
+            temperature=0.0,
+            top_p=1.0,
+            top_k=0,
+            seed=0,
+            stop=("\n",),
+            ignore_eos=False,
+        ),
+        prompt="The capital of France is",
+        messages=None,
+        stream=True,
+        include_usage=False,
+        priority=7,
+    )
+    assert isinstance(req.sampling.temperature, float)
+
+
+def test_chat_defaults() -> None:
+    req = decode_chat(chat(), "rid")
+    assert req == GenerationRequest(
+        request_id="rid",
+        model="m",
+        sampling=Sampling(max_tokens=256),
+        messages=(Message("user", "hi"),),
+    )
+    assert decode_chat(chat(), "rid", default_max_tokens=1000).sampling.max_tokens == 1000
+
+
+def test_completion_defaults() -> None:
+    req = decode_completion(completion(), "rid")
+    assert req == GenerationRequest(
+        request_id="rid",
+        model="m",
+        sampling=Sampling(max_tokens=16),
+        prompt="Once upon a time",
+    )
+    assert decode_completion(completion(), "rid", default_max_tokens=64).sampling.max_tokens == 64
+
+
+@pytest.mark.parametrize("decode, make", [(decode_chat, chat), (decode_completion, completion)])
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"max_tokens": 10}, 10),
+        ({"max_completion_tokens": 20}, 20),
+        ({"max_tokens": 10, "max_completion_tokens": 20}, 20),
+        ({"max_tokens": 2**31 - 1}, 2**31 - 1),
+    ],
+)
+def test_max_tokens_either_field(
+    decode: Callable[[bytes, str], GenerationRequest],
+    make: Callable[..., bytes],
+    fields: dict[str, Any],
+    expected: int,
+) -> None:
+    assert decode(make(**fields), "rid").sampling.max_tokens == expected
+
+
+@pytest.mark.parametrize(("top_k", "expected"), [(-1, 0), (0, 0), (1, 1), (50, 50)])
+def test_top_k_off_values(top_k: int, expected: int) -> None:
+    assert decode_chat(chat(top_k=top_k), "rid").sampling.top_k == expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "stream", "include_usage"),
+    [
+        ({}, False, False),
+        ({"stream": False}, False, False),
+        ({"stream": True}, True, False),
+        ({"stream": True, "stream_options": {}}, True, False),
+        ({"stream": True, "stream_options": {"include_usage": True}}, True, True),
+        ({"stream": True, "stream_options": {"include_usage": False}}, True, False),
+        ({"stream": False, "stream_options": None}, False, False),
+    ],
+)
+def test_stream_flags(fields: dict[str, Any], stream: bool, include_usage: bool) -> None:
+    req = decode_chat(chat(**fields), "rid")
+    assert (req.stream, req.include_usage) == (stream, include_usage)
+
+
+def test_stop_up_to_four() -> None:
+    stop = ["a", "b", "c", "d"]
+    assert decode_completion(completion(stop=stop), "rid").sampling.stop == tuple(stop)
+    assert decode_chat(chat(stop=[]), "rid").sampling.stop == ()
+
+
+def test_non_ascii_content() -> None:
+    text = "héllo 👋 \u2028 \x00"
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
+    assert decode_chat(body.encode(), "rid").messages == (Message("user", text),)
+
+
+# --- what the official SDK actually sends ------------------------------------------------------
+
+
+def _sdk_body(call: Callable[[openai.OpenAI], object]) -> bytes:
+    """The request body the openai SDK sends for `call` (through a mock transport, no sockets)."""
+    sent: list[bytes] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request.content)
+        return httpx2.Response(400, json={"error": {"message": "stop here", "type": "x"}})
+
+    client = openai.OpenAI(
+        base_url="http://gateway.invalid/v1",
+        api_key="sk-test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
+    with pytest.raises(openai.BadRequestError):
+        call(client)
+    client.close()
+    assert len(sent) == 1
+    return sent[0]
+
+
+def test_sdk_chat_request_decodes() -> None:
+    body = _sdk_body(
+        lambda c: c.chat.completions.create(
+            model="llama",
+            messages=[
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}], "name": "bob"},
+            ],
+            max_completion_tokens=12,
+            temperature=0.2,
+            top_p=0.5,
+            seed=7,
+            stop=["</s>"],
+            stream=True,
+            stream_options={"include_usage": True},
+            n=1,
+            user="bob",
+            frequency_penalty=0.1,
+            presence_penalty=0.1,
+            logprobs=False,
+            metadata={"a": "b"},
+            extra_body={"top_k": 5, "ignore_eos": True, "priority": 2},
+        )
+    )
+    req = decode_chat(body, "rid")
+    assert req.messages == (Message("system", "Be brief."), Message("user", "hi"))
+    assert req.sampling == Sampling(
+        max_tokens=12, temperature=0.2, top_p=0.5, top_k=5, seed=7, stop=("</s>",), ignore_eos=True
+    )
+    assert (req.stream, req.include_usage, req.priority) == (True, True, 2)
+
+
+def test_sdk_completion_request_decodes() -> None:
+    body = _sdk_body(
+        lambda c: c.completions.create(
+            model="llama",
+            prompt="Say this is a test",
+            max_tokens=7,
+            temperature=0,
+            stop="\n",
+            echo=False,
+            best_of=1,
+            suffix=None,
+        )
+    )
+    req = decode_completion(body, "rid")
+    assert req.prompt == "Say this is a test"
+    assert req.sampling == Sampling(max_tokens=7, temperature=0.0, stop=("\n",))
+    assert not req.stream
+
+
+def test_sdk_n_is_rejected() -> None:
+    body = _sdk_body(
+        lambda c: c.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}], n=3
+        )
+    )
+    with pytest.raises(InvalidRequest) as info:
+        decode_chat(body, "rid")
+    assert info.value.param == "n"
