@@ -1,0 +1,175 @@
+"""The sidecar's Engine service over loopback: the multiplexed Link, Generate, Info, health."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1 import engine_pb2_grpc as pb_grpc
+
+from engine_sidecar.backends.sim import SimConfig
+from engine_sidecar.config import SidecarConfig
+from engine_sidecar.server import Sidecar
+
+
+@pytest.fixture
+async def sidecar() -> AsyncIterator[Sidecar]:
+    cfg = SidecarConfig(
+        name="t", port=0, heartbeat_interval_s=0.05, sim=SimConfig(profile="fast", max_num_seqs=8)
+    )
+    s = Sidecar(cfg)
+    await s.start()
+    yield s
+    await s.stop(0.5)
+
+
+@pytest.fixture
+async def stub(sidecar: Sidecar) -> AsyncIterator[pb_grpc.EngineStub]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as ch:
+        yield pb_grpc.EngineStub(ch)
+
+
+async def eventually(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            if cond():
+                return
+            await asyncio.sleep(0.01)
+
+
+def submit(key: int, max_tokens: int, prompt: str = "hello there") -> pb.SubmitRequest:
+    return pb.SubmitRequest(
+        key=key,
+        request_id=f"r{key}",
+        model="sim-llama",
+        prompt=prompt,
+        sampling=pb.SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+    )
+
+
+async def read_until_finished(
+    call: grpc.aio.StreamStreamCall, keys: set[int]
+) -> tuple[list[pb.LinkResponse], dict[int, list[pb.Delta]]]:
+    messages: list[pb.LinkResponse] = []
+    by_key: dict[int, list[pb.Delta]] = {k: [] for k in keys}
+    open_keys = set(keys)
+    async with asyncio.timeout(20):
+        while open_keys:
+            msg = await call.read()
+            assert msg is not grpc.aio.EOF
+            messages.append(msg)
+            for d in msg.deltas:
+                by_key[d.key].append(d)
+                if d.finish:
+                    open_keys.discard(d.key)
+    return messages, by_key
+
+
+async def test_link_announces_then_multiplexes_one_message_per_step(
+    stub: pb_grpc.EngineStub,
+) -> None:
+    call = stub.Link()
+    first = await asyncio.wait_for(call.read(), 10)
+    assert first.info.models[0].name == "sim-llama"
+    assert first.info.max_num_seqs == 8
+    assert first.load.ready
+    await call.write(pb.LinkRequest(submits=[submit(k, 20) for k in (1, 2, 3)]))
+    messages, by_key = await read_until_finished(call, {1, 2, 3})
+    for deltas in by_key.values():
+        assert sum(len(d.token_ids) for d in deltas) == 20
+        assert deltas[0].prompt_tokens > 0
+        assert deltas[-1].finish == pb.FINISH_LENGTH
+        assert deltas[-1].completion_tokens == 20
+    # Requests that advance together travel together: far fewer messages than deltas.
+    data = [m for m in messages if m.deltas]
+    assert max(len({d.key for d in m.deltas}) for m in data) == 3
+    assert len(data) < sum(len(v) for v in by_key.values()) / 2
+    call.cancel()
+
+
+async def test_link_reports_errors_per_request(stub: pb_grpc.EngineStub) -> None:
+    call = stub.Link()
+    await asyncio.wait_for(call.read(), 10)
+    bad = submit(7, 4)
+    bad.model = "nope"
+    await call.write(pb.LinkRequest(submits=[bad, submit(8, 0)]))
+    _, by_key = await read_until_finished(call, {7, 8})
+    assert by_key[7][-1].finish == pb.FINISH_ERROR
+    assert by_key[7][-1].error_code == pb.ERROR_NOT_FOUND
+    assert by_key[7][-1].error_field == "model"
+    assert by_key[8][-1].error_code == pb.ERROR_INVALID_ARGUMENT
+    assert by_key[8][-1].error_field == "max_tokens"
+    call.cancel()
+
+
+async def test_heartbeats_flow_while_idle(stub: pb_grpc.EngineStub) -> None:
+    call = stub.Link()
+    seqs = []
+    async with asyncio.timeout(10):
+        while len(seqs) < 5:
+            msg = await call.read()
+            if msg.HasField("load"):
+                seqs.append(msg.load.seq)
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    call.cancel()
+
+
+async def test_abort_and_closing_the_link_stop_engine_work(
+    sidecar: Sidecar, stub: pb_grpc.EngineStub
+) -> None:
+    call = stub.Link()
+    await asyncio.wait_for(call.read(), 10)
+    await call.write(pb.LinkRequest(submits=[submit(1, 3000), submit(2, 3000)]))
+    async with asyncio.timeout(10):
+        while sidecar.backend.load().running < 2:
+            await call.read()
+        await call.write(pb.LinkRequest(aborts=[1]))
+        while sidecar.backend.load().running != 1:
+            await call.read()
+    call.cancel()
+    await eventually(lambda: sidecar.backend.load().running == 0)
+
+
+async def test_generate_and_info_and_health(stub: pb_grpc.EngineStub, sidecar: Sidecar) -> None:
+    deltas = [d async for d in stub.Generate(submit(0, 12), timeout=20)]
+    assert sum(len(d.token_ids) for d in deltas) == 12
+    assert deltas[-1].finish == pb.FINISH_LENGTH
+    info = await stub.Info(pb.InfoRequest(), timeout=5)
+    assert info.backend == "sim" and info.world_size == 1 and info.rank == 0
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        bad = submit(0, 4)
+        bad.model = "nope"
+        async for _ in stub.Generate(bad, timeout=5):
+            pass
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_graceful_stop_drains_in_flight_and_refuses_new_work() -> None:
+    cfg = SidecarConfig(name="d", port=0, sim=SimConfig(profile="fast"))
+    s = Sidecar(cfg)
+    await s.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+        stub = pb_grpc.EngineStub(ch)
+        call = stub.Link()
+        await asyncio.wait_for(call.read(), 10)
+        await call.write(pb.LinkRequest(submits=[submit(1, 200)]))
+        await eventually(lambda: s.backend.load().running >= 1)
+        stopping = asyncio.create_task(s.stop(20.0))
+        await eventually(lambda: s.hub.draining)
+        health = health_pb2_grpc.HealthStub(ch)
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        await call.write(pb.LinkRequest(submits=[submit(2, 5)]))
+        _, by_key = await read_until_finished(call, {1, 2})
+        assert by_key[2][-1].error_code == pb.ERROR_UNAVAILABLE
+        assert by_key[1][-1].finish == pb.FINISH_LENGTH
+        assert sum(len(d.token_ids) for d in by_key[1]) == 200
+        await asyncio.wait_for(stopping, 20)
