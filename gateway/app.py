@@ -13,8 +13,8 @@ from shardgate.v1 import gateway_pb2_grpc
 from gateway.api import grpc_api
 from gateway.api.http import HttpApi
 from gateway.config.schema import Config
-from gateway.runtime.dispatch import Dispatcher
 from gateway.runtime.fleet import Fleet
+from gateway.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,8 @@ class Gateway:
         s = config.gateway
         self.config = config
         self.fleet = Fleet(config.sidecars, s.link)
-        self.dispatcher = Dispatcher(self.fleet, s.max_pending_deltas)
-        self.http_api = HttpApi(self.fleet, self.dispatcher, s)
+        self.supervisor = Supervisor(self.fleet, max_pending_deltas=s.max_pending_deltas)
+        self.http_api = HttpApi(self.fleet, self.supervisor, s)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
         self._runner: web.AppRunner | None = None
@@ -56,7 +56,7 @@ class Gateway:
             ]
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(
-            grpc_api.GatewayServicer(self.fleet, self.dispatcher, s), server
+            grpc_api.GatewayServicer(self.fleet, self.supervisor, s), server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(

@@ -12,8 +12,8 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from gateway.config.schema import GatewaySettings
-from gateway.runtime.dispatch import Dispatcher
 from gateway.runtime.fleet import Fleet
+from gateway.runtime.supervisor import Supervisor
 from gateway.types import (
     FINISH_REASON,
     Finish,
@@ -83,9 +83,9 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
 
 
 class GatewayServicer(pb_grpc.GatewayServicer):
-    def __init__(self, fleet: Fleet, dispatcher: Dispatcher, settings: GatewaySettings) -> None:
+    def __init__(self, fleet: Fleet, supervisor: Supervisor, settings: GatewaySettings) -> None:
         self._fleet = fleet
-        self._dispatcher = dispatcher
+        self._supervisor = supervisor
         self._settings = settings
 
     async def ListModels(
@@ -101,7 +101,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     ) -> AsyncIterator[pb.GenerateResponse]:
         try:
             req = to_request(request, self._settings.default_max_tokens)
-            gen = self._dispatcher.start(req)
+            gen = self._supervisor.submit(req)
         except GatewayError as e:
             await context.abort(status_of(e), e.message)
         try:

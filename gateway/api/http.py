@@ -13,8 +13,8 @@ from aiohttp import web
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
 from gateway.config.schema import GatewaySettings
-from gateway.runtime.dispatch import Dispatcher
 from gateway.runtime.fleet import Fleet
+from gateway.runtime.supervisor import Supervisor
 from gateway.types import GatewayError, ModelNotFound, PayloadTooLarge
 
 log = logging.getLogger(__name__)
@@ -69,10 +69,10 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 
 class HttpApi:
-    def __init__(self, fleet: Fleet, dispatcher: Dispatcher, settings: GatewaySettings) -> None:
+    def __init__(self, fleet: Fleet, supervisor: Supervisor, settings: GatewaySettings) -> None:
         self._fleet = fleet
         self._settings = settings
-        self._serving = OpenAIServing(dispatcher, settings)
+        self._serving = OpenAIServing(supervisor, settings)
         self._started = int(time.time())
 
     def app(self) -> web.Application:

@@ -1,1 +1,1 @@
-"""The async drivers: fleet of links, request streams, dispatch."""
+"""The async drivers: fleet of links, request streams, jobs and their supervisor."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardgate.v1 import engine_pb2 as pb
@@ -57,7 +58,7 @@ def load(m: pb.LoadReport) -> Load:
     return Load(m.seq, m.running, m.waiting, m.kv_usage, m.max_num_seqs, m.ready)
 
 
-def to_submit(req: GenerationRequest, key: int) -> pb.SubmitRequest:
+def to_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> pb.SubmitRequest:
     s = req.sampling
     sampling = pb.SamplingParams(
         max_tokens=s.max_tokens,
@@ -76,6 +77,7 @@ def to_submit(req: GenerationRequest, key: int) -> pb.SubmitRequest:
         sampling=sampling,
         priority=req.priority or 0,
         lora=req.lora,
+        resume_token_ids=resume,
     )
     if req.messages is not None:
         msg.chat.messages.extend(

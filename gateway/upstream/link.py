@@ -12,14 +12,15 @@ import contextlib
 import itertools
 import logging
 import random
+from collections.abc import Sequence
+from typing import Protocol
 
 import grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
 
 from gateway.config.schema import LinkSettings
-from gateway.runtime.stream import ResponseStream
-from gateway.types import Delta, Finish, GenerationRequest, Unavailable
+from gateway.types import Delta, Finish, GatewayError, GenerationRequest, Unavailable
 from gateway.upstream import convert
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,14 @@ _CHANNEL_OPTIONS = [
 ]
 
 
+class DeltaTarget(Protocol):
+    """Where a request's deltas go: called by the reader, never awaits."""
+
+    def push(self, delta: Delta) -> None: ...
+
+    def fail(self, error: GatewayError) -> None: ...
+
+
 class EngineLink:
     def __init__(self, name: str, address: str, settings: LinkSettings) -> None:
         self.name = name
@@ -40,7 +49,7 @@ class EngineLink:
         self.info: convert.EndpointInfo | None = None
         self.load: convert.Load | None = None
         self.connected = False
-        self.streams: dict[int, ResponseStream] = {}
+        self.streams: dict[int, DeltaTarget] = {}
         self._keys = itertools.count(1)
         self._submits: list[pb.SubmitRequest] = []
         self._aborts: list[int] = []
@@ -61,14 +70,17 @@ class EngineLink:
         return self.info is not None and model in self.info.models
 
     # -- requests ------------------------------------------------------------------------
-    def submit(self, req: GenerationRequest, stream: ResponseStream) -> int:
+    def submit(
+        self, req: GenerationRequest, target: DeltaTarget, resume: Sequence[int] = ()
+    ) -> int:
+        """Queue a request (resumed after `resume` tokens) for the writer; returns its key."""
         if not self.connected:
             raise Unavailable(f"sidecar {self.name} is not connected")
         if len(self._submits) >= self.settings.max_outgoing:
             raise Unavailable(f"sidecar {self.name} link is saturated")
         key = next(self._keys)
-        self.streams[key] = stream
-        self._submits.append(convert.to_submit(req, key))
+        self.streams[key] = target
+        self._submits.append(convert.to_submit(req, key, resume))
         self._wake.set()
         return key
 

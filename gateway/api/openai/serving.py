@@ -10,7 +10,8 @@ from aiohttp import web
 
 from gateway.api.openai import encode
 from gateway.config.schema import GatewaySettings
-from gateway.runtime.dispatch import Dispatcher, Generation
+from gateway.runtime.job import Job
+from gateway.runtime.supervisor import Supervisor
 from gateway.types import (
     FINISH_REASON,
     Delta,
@@ -60,8 +61,8 @@ class Tally:
 
 
 class OpenAIServing:
-    def __init__(self, dispatcher: Dispatcher, settings: GatewaySettings) -> None:
-        self._dispatcher = dispatcher
+    def __init__(self, supervisor: Supervisor, settings: GatewaySettings) -> None:
+        self._supervisor = supervisor
         self._settings = settings
 
     async def generate(
@@ -69,7 +70,7 @@ class OpenAIServing:
     ) -> web.StreamResponse:
         body = await request.read()
         req = decode(body, rid, self._settings.default_max_tokens)
-        gen = self._dispatcher.start(req)
+        gen = self._supervisor.submit(req)
         try:
             async with asyncio.timeout(self._settings.request_timeout_s):
                 try:
@@ -85,7 +86,7 @@ class OpenAIServing:
             gen.close()
 
     async def _unary(
-        self, gen: Generation, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
+        self, gen: Job, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
     ) -> web.Response:
         tally = Tally()
         texts: list[str] = []
@@ -104,7 +105,7 @@ class OpenAIServing:
     async def _stream(
         self,
         request: web.Request,
-        gen: Generation,
+        gen: Job,
         kind: encode.ChunkKind,
         batch: list[Delta],
         headers: dict[str, str],

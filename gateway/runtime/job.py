@@ -1,0 +1,122 @@
+"""One client request across its attempts: queued, running on a replica, preempted, done.
+
+The link reader calls `push`/`fail` on the job that owns a link key; the job records the token
+ids generated so far (what a resume continues from) and forwards output to the client's stream.
+Failures go to the job's owner, which retries, migrates or ends the request.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Protocol
+
+from gateway.runtime.stream import ResponseStream
+from gateway.types import Delta, Finish, GatewayError, GenerationRequest
+
+if TYPE_CHECKING:
+    from gateway.upstream.link import EngineLink
+
+
+class State(enum.IntEnum):
+    QUEUED = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    DONE = 3
+
+
+class Owner(Protocol):
+    def finished(self, job: Job) -> None: ...
+
+    def failed(self, job: Job, error: GatewayError) -> None: ...
+
+
+class Job:
+    __slots__ = (
+        "arrival",
+        "context",
+        "first_replica",
+        "generated",
+        "key",
+        "link",
+        "migrations",
+        "out",
+        "owner",
+        "preemptions",
+        "priority",
+        "prompt_tokens",
+        "request",
+        "retries",
+        "started_at",
+        "state",
+        "tenant",
+        "tried",
+    )
+
+    def __init__(
+        self,
+        request: GenerationRequest,
+        owner: Owner,
+        out: ResponseStream,
+        *,
+        tenant: str = "anonymous",
+        priority: int = 0,
+        arrival: float = 0.0,
+    ) -> None:
+        self.request = request
+        self.owner = owner
+        self.out = out
+        self.tenant = tenant
+        self.priority = priority
+        self.arrival = arrival
+        self.generated: list[int] = []
+        self.prompt_tokens = 0
+        self.state = State.QUEUED
+        self.link: EngineLink | None = None
+        self.key = 0
+        self.first_replica = ""
+        self.tried: list[str] = []
+        self.retries = 0
+        self.migrations = 0
+        self.preemptions = 0
+        self.started_at = 0.0
+        self.context: object = None  # the owner's per-job data (admission ticket, timers)
+
+    # -- from the link reader ------------------------------------------------------------
+    def push(self, d: Delta) -> None:
+        if d.token_ids:
+            self.generated.extend(d.token_ids)
+        if d.prompt_tokens:
+            self.prompt_tokens = d.prompt_tokens
+        if d.finish is not Finish.NONE:
+            self.link = None
+            self.state = State.DONE
+            self.out.push(d)
+            self.owner.finished(self)
+            return
+        self.out.push(d)
+
+    def fail(self, error: GatewayError) -> None:
+        self.link = None
+        if self.state is not State.DONE:
+            self.owner.failed(self, error)
+
+    # -- for the API edges ---------------------------------------------------------------
+    @property
+    def replica(self) -> str:
+        return self.first_replica
+
+    async def take(self) -> list[Delta]:
+        return await self.out.take()
+
+    def close(self) -> None:
+        """The client is done with the request (finished, failed or gone)."""
+        if self.state is not State.DONE:
+            self.owner.failed(self, ClientGone())
+
+
+class ClientGone(GatewayError):
+    status = 499
+    type = "client_closed_request"
+
+    def __init__(self) -> None:
+        super().__init__("The client went away.")
