@@ -24,6 +24,8 @@ class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     world_size: Annotated[int, msgspec.Meta(ge=1)] = 1
     heartbeat_interval_s: PositiveFloat = 0.5
     drain_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+    # Let drills change faults at run time through the SetFaults RPC.
+    allow_fault_injection: bool = False
     # Deltas a link may hold for a gateway that stopped reading before the link is dropped.
     max_link_pending: Annotated[int, msgspec.Meta(gt=0)] = 1_000_000
 

@@ -11,6 +11,7 @@ from shardgate.v1 import engine_pb2_grpc as pb_grpc
 
 from engine_sidecar import convert
 from engine_sidecar.backend import Backend, ErrorCode, Finish, RequestError
+from engine_sidecar.backends.sim import SimFaults
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.hub import Hub, Outbox
 from engine_sidecar.link import LinkSession
@@ -30,6 +31,7 @@ class EngineServicer(pb_grpc.EngineServicer):
         self._hub = hub
         self.sidecar_id = f"{config.name}-{uuid.uuid4().hex[:8]}"
         self.links = 0
+        self.stop_heartbeats = config.sim.faults.stop_heartbeats
 
     def info_reply(self) -> pb.InfoReply:
         c = self._config
@@ -61,7 +63,7 @@ class EngineServicer(pb_grpc.EngineServicer):
             self._backend.load,
             c.heartbeat_interval_s,
             c.max_link_pending,
-            lambda: not c.sim.faults.stop_heartbeats,
+            lambda: not self.stop_heartbeats,
         )
         self.links += 1
         try:
@@ -69,6 +71,43 @@ class EngineServicer(pb_grpc.EngineServicer):
                 yield msg
         finally:
             self.links -= 1
+
+    async def SetFaults(self, request: pb.Faults, context: grpc.aio.ServicerContext) -> pb.Faults:
+        if not self._config.allow_fault_injection:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED, "fault injection is off for this sidecar"
+            )
+        set_faults = getattr(self._backend, "set_faults", None)
+        engine_faults = (
+            request.HasField("crash_after_tokens")
+            or request.HasField("hang_after_tokens")
+            or request.slow_token_s
+            or request.error_rate
+        )
+        if engine_faults and set_faults is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, "this backend takes no engine faults"
+            )
+        if set_faults is not None:
+            try:
+                faults = SimFaults(
+                    crash_after_tokens=(
+                        request.crash_after_tokens
+                        if request.HasField("crash_after_tokens")
+                        else None
+                    ),
+                    hang_after_tokens=(
+                        request.hang_after_tokens if request.HasField("hang_after_tokens") else None
+                    ),
+                    slow_token_s=request.slow_token_s,
+                    error_rate=request.error_rate,
+                    stop_heartbeats=request.stop_heartbeats,
+                )
+            except ValueError as e:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            set_faults(faults)
+        self.stop_heartbeats = request.stop_heartbeats
+        return request
 
     async def Generate(
         self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -173,3 +174,58 @@ async def test_graceful_stop_drains_in_flight_and_refuses_new_work() -> None:
         assert by_key[1][-1].finish == pb.FINISH_LENGTH
         assert sum(len(d.token_ids) for d in by_key[1]) == 200
         await asyncio.wait_for(stopping, 20)
+
+
+async def test_set_faults_is_refused_unless_allowed(stub: pb_grpc.EngineStub) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.SetFaults(pb.Faults(stop_heartbeats=True), timeout=5)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_set_faults_stops_heartbeats_and_hangs_the_engine() -> None:
+    cfg = SidecarConfig(
+        name="f",
+        port=0,
+        heartbeat_interval_s=0.05,
+        allow_fault_injection=True,
+        sim=SimConfig(profile="fast"),
+    )
+    s = Sidecar(cfg)
+    await s.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            stub = pb_grpc.EngineStub(ch)
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await stub.SetFaults(pb.Faults(error_rate=3.0), timeout=5)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            await stub.SetFaults(pb.Faults(stop_heartbeats=True, hang_after_tokens=10), timeout=5)
+            call = stub.Link()
+            first = await asyncio.wait_for(call.read(), 10)
+            assert first.HasField("info")
+            await call.write(pb.LinkRequest(submits=[submit(1, 100)]))
+            messages: asyncio.Queue[pb.LinkResponse] = asyncio.Queue()
+
+            async def pump() -> None:
+                while (msg := await call.read()) is not grpc.aio.EOF:
+                    messages.put_nowait(msg)
+
+            reader = asyncio.create_task(pump())
+            await asyncio.sleep(1.0)
+            got = [messages.get_nowait() for _ in range(messages.qsize())]
+            assert not any(m.HasField("load") for m in got)
+            assert sum(len(d.token_ids) for m in got for d in m.deltas) == 10  # hung after 10
+            await stub.SetFaults(pb.Faults(), timeout=5)  # clear: heartbeats and tokens resume
+            tokens, beats, finished = 0, 0, False
+            async with asyncio.timeout(20):
+                while not (finished and beats):
+                    msg = await messages.get()
+                    tokens += sum(len(d.token_ids) for d in msg.deltas)
+                    finished = finished or any(d.finish for d in msg.deltas)
+                    beats += msg.HasField("load")
+            assert tokens == 90
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await reader
+            call.cancel()
+    finally:
+        await s.stop(0.5)

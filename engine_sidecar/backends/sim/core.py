@@ -34,6 +34,7 @@ class StepResult:
 class SimCore:
     def __init__(self, config: SimConfig, tokenizer: SimTokenizer | None = None) -> None:
         self.config = config
+        self.faults = config.faults  # replaced at run time by SimBackend.set_faults
         self.tokenizer = tokenizer or SimTokenizer()
         self.profile = PROFILES[config.profile]
         self.kv = BlockManager(
@@ -80,7 +81,7 @@ class SimCore:
             self._arrivals,
             eos_every=c.eos_every,
             config_seed=c.seed,
-            error_rate=c.faults.error_rate,
+            error_rate=self.faults.error_rate,
             tokenizer=self.tokenizer,
         )
         self._seqs[seq.key] = seq

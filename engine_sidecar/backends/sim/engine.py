@@ -16,7 +16,7 @@ from engine_sidecar.backend import (
     ModelCard,
     RequestError,
 )
-from engine_sidecar.backends.sim.config import SimConfig
+from engine_sidecar.backends.sim.config import SimConfig, SimFaults
 from engine_sidecar.backends.sim.core import SimCore
 from engine_sidecar.backends.sim.tokenizer import VOCAB_SIZE, SimTokenizer
 
@@ -49,6 +49,7 @@ class SimBackend:
         self._stopped = False
         self._died = False  # the loop ended with an exception (kept after stop())
         self.hung = False
+        self._unhang = asyncio.Event()
 
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
@@ -168,17 +169,27 @@ class SimBackend:
         return ids
 
     # --- the loop ------------------------------------------------------------------------
+    def set_faults(self, faults: SimFaults) -> None:
+        """Change the injected faults of a running engine (drills)."""
+        self.core.faults = faults
+        if self.hung and faults.hang_after_tokens is None:
+            self.hung = False
+            self._unhang.set()
+
+    @property
+    def faults(self) -> SimFaults:
+        return self.core.faults
+
     async def _run(self, sink: DeltaSink) -> None:
         core = self.core
-        faults = self.config.faults
-        slow = faults.slow_token_s
-        crash_after = faults.crash_after_tokens
-        hang_after = faults.hang_after_tokens
         clock = time.monotonic
         deadline = clock()
         while True:
             if self.hung:
-                await asyncio.Event().wait()  # stalls until stop() cancels the loop
+                self._unhang.clear()
+                await self._unhang.wait()  # stalls until the fault is cleared or stop()
+                deadline = clock()
+                continue
             if not core.has_work:
                 self._wake.clear()
                 await self._wake.wait()
@@ -187,12 +198,15 @@ class SimBackend:
             result = core.step()
             if result.deltas:
                 sink(result.deltas)
+            faults = core.faults
+            crash_after = faults.crash_after_tokens
+            hang_after = faults.hang_after_tokens
             generated = core.generated_tokens
             if crash_after is not None and generated >= crash_after:
                 self._exit(CRASH_EXIT_CODE)
             if hang_after is not None and generated >= hang_after:
                 self.hung = True
-            deadline += result.duration_s + slow
+            deadline += result.duration_s + faults.slow_token_s
             delay = deadline - clock()
             if delay > 0:
                 await asyncio.sleep(delay)

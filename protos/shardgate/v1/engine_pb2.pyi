@@ -33,6 +33,20 @@ ERROR_NOT_FOUND: ErrorCode
 ERROR_UNAVAILABLE: ErrorCode
 ERROR_INTERNAL: ErrorCode
 
+class Faults(_message.Message):
+    __slots__ = ("crash_after_tokens", "hang_after_tokens", "slow_token_s", "error_rate", "stop_heartbeats")
+    CRASH_AFTER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    HANG_AFTER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SLOW_TOKEN_S_FIELD_NUMBER: _ClassVar[int]
+    ERROR_RATE_FIELD_NUMBER: _ClassVar[int]
+    STOP_HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
+    crash_after_tokens: int
+    hang_after_tokens: int
+    slow_token_s: float
+    error_rate: float
+    stop_heartbeats: bool
+    def __init__(self, crash_after_tokens: _Optional[int] = ..., hang_after_tokens: _Optional[int] = ..., slow_token_s: _Optional[float] = ..., error_rate: _Optional[float] = ..., stop_heartbeats: _Optional[bool] = ...) -> None: ...
+
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
     ROLE_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,11 @@ class EngineStub:
                 request_serializer=shardgate_dot_v1_dot_engine__pb2.InfoRequest.SerializeToString,
                 response_deserializer=shardgate_dot_v1_dot_engine__pb2.InfoReply.FromString,
                 _registered_method=True)
+        self.SetFaults = channel.unary_unary(
+                '/shardgate.engine.v1.Engine/SetFaults',
+                request_serializer=shardgate_dot_v1_dot_engine__pb2.Faults.SerializeToString,
+                response_deserializer=shardgate_dot_v1_dot_engine__pb2.Faults.FromString,
+                _registered_method=True)
 
 
 class EngineServicer:
@@ -75,6 +80,14 @@ class EngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetFaults(self, request, context):
+        """Drills: change the injected faults at run time. Refused (PERMISSION_DENIED) unless the
+        sidecar's config allows fault injection.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +105,11 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=shardgate_dot_v1_dot_engine__pb2.InfoRequest.FromString,
                     response_serializer=shardgate_dot_v1_dot_engine__pb2.InfoReply.SerializeToString,
+            ),
+            'SetFaults': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFaults,
+                    request_deserializer=shardgate_dot_v1_dot_engine__pb2.Faults.FromString,
+                    response_serializer=shardgate_dot_v1_dot_engine__pb2.Faults.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +193,33 @@ class Engine:
             '/shardgate.engine.v1.Engine/Info',
             shardgate_dot_v1_dot_engine__pb2.InfoRequest.SerializeToString,
             shardgate_dot_v1_dot_engine__pb2.InfoReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFaults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.engine.v1.Engine/SetFaults',
+            shardgate_dot_v1_dot_engine__pb2.Faults.SerializeToString,
+            shardgate_dot_v1_dot_engine__pb2.Faults.FromString,
             options,
             channel_credentials,
             insecure,
