@@ -13,7 +13,12 @@ from shardgate.v1 import gateway_pb2_grpc
 from gateway.api import grpc_api
 from gateway.api.http import HttpApi
 from gateway.config.schema import Config
+from gateway.policy.admission import Admission
+from gateway.policy.tenants import Tenants
 from gateway.runtime.fleet import Fleet
+from gateway.runtime.job import Job
+from gateway.runtime.scheduler import Scheduler
+from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -28,8 +33,25 @@ class Gateway:
         s = config.gateway
         self.config = config
         self.fleet = Fleet(config.sidecars, s.link)
-        self.supervisor = Supervisor(self.fleet, max_pending_deltas=s.max_pending_deltas)
-        self.http_api = HttpApi(self.fleet, self.supervisor, s)
+        self.supervisor = Supervisor(
+            self.fleet, max_retries=s.max_retries, max_migrations=s.max_migrations
+        )
+        self.scheduler = Scheduler(
+            self.fleet,
+            self.supervisor,
+            config.scheduling,
+            config.model_capacity,
+            keepalive_s=s.keepalive_s,
+            on_done=self._settle,
+        )
+        self.service = Service(
+            self.fleet,
+            self.scheduler,
+            Tenants(config.tenants, config.anonymous),
+            Admission(config.model_limits),
+            s.max_pending_deltas,
+        )
+        self.http_api = HttpApi(self.fleet, self.service, s)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
         self._runner: web.AppRunner | None = None
@@ -38,9 +60,13 @@ class Gateway:
         self.http_port = 0
         self.grpc_port = 0
 
+    def _settle(self, job: Job) -> None:
+        self.service.settle(job)
+
     async def start(self) -> None:
         s = self.config.gateway
         self.fleet.start()
+        self.scheduler.start()
         self._runner = web.AppRunner(
             self.http_api.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
         )
@@ -56,7 +82,7 @@ class Gateway:
             ]
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(
-            grpc_api.GatewayServicer(self.fleet, self.supervisor, s), server
+            grpc_api.GatewayServicer(self.fleet, self.service, s), server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
@@ -88,4 +114,5 @@ class Gateway:
             await self._grpc.stop(grace_s)
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.scheduler.close()
         await self.fleet.close()

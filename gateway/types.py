@@ -62,6 +62,11 @@ class Delta:
     completion_tokens: int = 0
 
 
+def keepalive() -> Delta:
+    """An empty delta: the request is alive but waiting (queued or preempted)."""
+    return Delta([], "")
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int
@@ -82,10 +87,17 @@ class GatewayError(Exception):
     status = 500
     type = "internal_error"
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        # Extra response headers (rate-limit values, retry-after).
+        self.headers = headers
 
 
 class InvalidRequest(GatewayError):

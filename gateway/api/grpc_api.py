@@ -12,8 +12,9 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from gateway.config.schema import GatewaySettings
+from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
-from gateway.runtime.supervisor import Supervisor
+from gateway.runtime.service import Service
 from gateway.types import (
     FINISH_REASON,
     Finish,
@@ -41,6 +42,11 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 def status_of(err: GatewayError) -> grpc.StatusCode:
     return _CODES.get(err.status, grpc.StatusCode.INTERNAL)
+
+
+def trailing(err: GatewayError) -> tuple[tuple[str, str], ...]:
+    """Error headers (retry-after, rate limits) as trailing metadata."""
+    return tuple((k.lower(), v) for k, v in err.headers)
 
 
 def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequest:
@@ -83,9 +89,9 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
 
 
 class GatewayServicer(pb_grpc.GatewayServicer):
-    def __init__(self, fleet: Fleet, supervisor: Supervisor, settings: GatewaySettings) -> None:
+    def __init__(self, fleet: Fleet, service: Service, settings: GatewaySettings) -> None:
         self._fleet = fleet
-        self._supervisor = supervisor
+        self._service = service
         self._settings = settings
 
     async def ListModels(
@@ -101,18 +107,20 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     ) -> AsyncIterator[pb.GenerateResponse]:
         try:
             req = to_request(request, self._settings.default_max_tokens)
-            gen = self._supervisor.submit(req)
+            metadata = dict(context.invocation_metadata() or ())
+            gen = self._service.submit(req, bearer_key(metadata.get("authorization")))
         except GatewayError as e:
-            await context.abort(status_of(e), e.message)
+            await context.abort(status_of(e), e.message, trailing(e))
         try:
             try:
                 async with asyncio.timeout(self._settings.first_token_timeout_s):
                     batch = await gen.take()
             except TimeoutError:
                 raise Unavailable("Timed out waiting for the engine to start.") from None
-            await context.send_initial_metadata(
-                (("x-shardgate-replica", gen.replica), ("x-request-id", req.request_id))
-            )
+            initial = [("x-request-id", req.request_id), *gen.headers]
+            if gen.replica:
+                initial.append(("x-shardgate-replica", gen.replica))
+            await context.send_initial_metadata(tuple(initial))
             async with asyncio.timeout(self._settings.request_timeout_s):
                 prompt = cached = completion = counted = 0
                 finish = Finish.NONE
@@ -121,6 +129,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                         counted += len(d.token_ids)
                         if d.prompt_tokens:
                             prompt, cached = d.prompt_tokens, d.cached_tokens
+                        if not (d.token_ids or d.text or d.finish or d.prompt_tokens):
+                            continue  # a keep-alive while queued: HTTP/2 pings do that here
                         out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
                         if d.finish is not Finish.NONE:
                             finish, completion = d.finish, d.completion_tokens
@@ -134,6 +144,6 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                         yield out
                     batch = await gen.take()
         except GatewayError as e:
-            await context.abort(status_of(e), e.message)
+            await context.abort(status_of(e), e.message, trailing(e))
         finally:
             gen.close()

@@ -14,7 +14,7 @@ from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
 from gateway.config.schema import GatewaySettings
 from gateway.runtime.fleet import Fleet
-from gateway.runtime.supervisor import Supervisor
+from gateway.runtime.service import Service
 from gateway.types import GatewayError, ModelNotFound, PayloadTooLarge
 
 log = logging.getLogger(__name__)
@@ -33,11 +33,13 @@ _HTTP_TYPES = {
 
 
 def error_response(err: GatewayError, request_id: str) -> web.Response:
+    headers = dict(err.headers)
+    headers["x-request-id"] = request_id
     return web.Response(
         status=err.status,
         body=encode.error_body(err),
         content_type="application/json",
-        headers={"x-request-id": request_id},
+        headers=headers,
     )
 
 
@@ -69,10 +71,10 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 
 class HttpApi:
-    def __init__(self, fleet: Fleet, supervisor: Supervisor, settings: GatewaySettings) -> None:
+    def __init__(self, fleet: Fleet, service: Service, settings: GatewaySettings) -> None:
         self._fleet = fleet
         self._settings = settings
-        self._serving = OpenAIServing(supervisor, settings)
+        self._serving = OpenAIServing(service, settings)
         self._started = int(time.time())
 
     def app(self) -> web.Application:

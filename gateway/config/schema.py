@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from gateway.config.tenants import RateLimits, SchedulingConfig, TenantConfig, check_tenancy
+
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
@@ -39,6 +41,11 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     first_token_timeout_s: Seconds = 60.0
     # Deltas a slow client may have pending before they are merged into one.
     max_pending_deltas: Annotated[int, msgspec.Meta(gt=0)] = 1024
+    # SSE comments sent to streaming clients while their request waits in a queue.
+    keepalive_s: Seconds = 5.0
+    # Failover: attempts on other replicas before the first token, moves after it.
+    max_retries: Annotated[int, msgspec.Meta(ge=0)] = 2
+    max_migrations: Annotated[int, msgspec.Meta(ge=0)] = 3
     link: LinkSettings = LinkSettings()
 
 
@@ -58,9 +65,19 @@ class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     gateway: GatewaySettings = GatewaySettings()
     sidecars: list[SidecarEndpoint] = []
+    # Tenants by API key; with none, everyone is the unlimited anonymous tenant.
+    tenants: list[TenantConfig] = []
+    # The tenant of requests without a key (absent: such requests get 401 when tenants exist).
+    anonymous: str | None = None
+    scheduling: SchedulingConfig = SchedulingConfig()
+    # Shared limits of a model pool, over all tenants together.
+    model_limits: dict[str, RateLimits] = {}
+    # Running requests per model pool at most (default: the sum of its replicas' slots).
+    model_capacity: dict[str, Annotated[int, msgspec.Meta(gt=0)]] = {}
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sidecars]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"duplicate sidecar names: {sorted(dup)}")
+        check_tenancy(self.tenants, self.anonymous)

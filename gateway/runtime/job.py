@@ -14,6 +14,8 @@ from gateway.runtime.stream import ResponseStream
 from gateway.types import Delta, Finish, GatewayError, GenerationRequest
 
 if TYPE_CHECKING:
+    from gateway.policy.admission import Admitted
+    from gateway.policy.priority_queue import Waiter
     from gateway.upstream.link import EngineLink
 
 
@@ -33,7 +35,6 @@ class Owner(Protocol):
 class Job:
     __slots__ = (
         "arrival",
-        "context",
         "first_replica",
         "generated",
         "key",
@@ -49,7 +50,9 @@ class Job:
         "started_at",
         "state",
         "tenant",
+        "ticket",
         "tried",
+        "waiter",
     )
 
     def __init__(
@@ -79,9 +82,15 @@ class Job:
         self.migrations = 0
         self.preemptions = 0
         self.started_at = 0.0
-        self.context: object = None  # the owner's per-job data (admission ticket, timers)
+        self.ticket: Admitted | None = None  # the admission ticket, settled when done
+        self.waiter: Waiter[Job] | None = None  # its place in the pool's queue
 
     # -- from the link reader ------------------------------------------------------------
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """Rate-limit headers for the response."""
+        return self.ticket.headers if self.ticket is not None else ()
+
     def push(self, d: Delta) -> None:
         if d.token_ids:
             self.generated.extend(d.token_ids)

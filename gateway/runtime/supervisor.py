@@ -12,15 +12,8 @@ import random
 
 from gateway.policy.routing import Candidate, least_loaded
 from gateway.runtime.fleet import Fleet
-from gateway.runtime.job import ClientGone, Job, State
-from gateway.runtime.stream import ResponseStream
-from gateway.types import (
-    GatewayError,
-    GenerationRequest,
-    ModelNotFound,
-    Unavailable,
-    UpstreamError,
-)
+from gateway.runtime.job import Job, State
+from gateway.types import GatewayError, Unavailable, UpstreamError
 from gateway.upstream.link import EngineLink
 
 log = logging.getLogger(__name__)
@@ -33,37 +26,31 @@ class Supervisor:
         self,
         fleet: Fleet,
         *,
-        max_pending_deltas: int,
         max_retries: int = 2,
         max_migrations: int = 3,
         seed: int | None = None,
     ) -> None:
         self._fleet = fleet
-        self._max_pending = max_pending_deltas
         self.max_retries = max_retries
         self.max_migrations = max_migrations
         self._rng = random.Random(seed)
         self.migrations = 0
         self.retries = 0
 
-    def submit(self, req: GenerationRequest, tenant: str = "anonymous", priority: int = 0) -> Job:
-        job = Job(req, self, ResponseStream(self._max_pending), tenant=tenant, priority=priority)
-        if not self.place(job):
-            if not self._fleet.knows(req.model):
-                raise ModelNotFound(f"The model `{req.model}` does not exist.", "model")
-            raise Unavailable(f"No healthy replica serves `{req.model}` right now.")
-        return job
-
     # -- placement -----------------------------------------------------------------------
-    def place(self, job: Job) -> bool:
-        """Submit the job (resuming after its generated tokens) on a replica it has not tried."""
+    def place(self, job: Job, avoid_tried: bool = False) -> bool:
+        """Submit the job (resuming after its generated tokens) on a replica; after a failure,
+        one it has not tried."""
         links = self._fleet.candidates(job.request.model)
-        if job.tried:
+        if avoid_tried and job.tried:
             links = [link for link in links if link.address not in job.tried]
         if not links:
             return False
         link = links[0] if len(links) == 1 else links[self._pick(links)]
-        job.key = link.submit(job.request, job, job.generated)
+        try:
+            job.key = link.submit(job.request, job, job.generated)
+        except Unavailable:
+            return False
         job.link = link
         job.state = State.RUNNING
         job.tried.append(link.address)
@@ -87,29 +74,16 @@ class Supervisor:
             )
         return least_loaded(cands, self._rng)
 
-    # -- outcomes --------------------------------------------------------------------------
-    def finished(self, job: Job) -> None:
-        job.state = State.DONE
-
-    def failed(self, job: Job, error: GatewayError) -> None:
-        if job.state is State.DONE:
-            return
-        if isinstance(error, ClientGone):
-            self._abort(job)
-            job.state = State.DONE
-            return
-        if isinstance(error, RETRIABLE) and self._recover(job, error):
-            return
-        job.state = State.DONE
-        job.out.fail(error)
-
-    def _recover(self, job: Job, error: GatewayError) -> bool:
+    def recover(self, job: Job, error: GatewayError) -> bool:
+        """Try to keep a failed job alive elsewhere; False when it has to end."""
+        if not isinstance(error, RETRIABLE):
+            return False
         if job.generated:
             if job.migrations >= self.max_migrations:
                 return False
             job.migrations += 1
             self.migrations += 1
-            moved = self.place(job)
+            moved = self.place(job, avoid_tried=True)
             log.warning(
                 "request %s: %s after %d tokens; %s",
                 job.request.request_id,
@@ -122,9 +96,10 @@ class Supervisor:
             return False
         job.retries += 1
         self.retries += 1
-        return self.place(job)
+        return self.place(job, avoid_tried=True)
 
-    def _abort(self, job: Job) -> None:
+    def abort(self, job: Job) -> None:
+        """Stop the job's current attempt on its engine (no delta follows)."""
         link = job.link
         if link is not None:
             link.abort(job.key)

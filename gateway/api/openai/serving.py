@@ -10,25 +10,36 @@ from aiohttp import web
 
 from gateway.api.openai import encode
 from gateway.config.schema import GatewaySettings
+from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
-from gateway.runtime.supervisor import Supervisor
+from gateway.runtime.service import Service
 from gateway.types import (
     FINISH_REASON,
     Delta,
     Finish,
     GatewayError,
     GenerationRequest,
+    InvalidRequest,
     Unavailable,
     Usage,
 )
 
 Decode = Callable[[bytes, str, int], GenerationRequest]
 
+KEEPALIVE = b": keep-alive\n\n"
+
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+
+
+def parse_priority(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequest("x-priority must be an integer", "x-priority") from None
 
 
 class Tally:
@@ -61,8 +72,8 @@ class Tally:
 
 
 class OpenAIServing:
-    def __init__(self, supervisor: Supervisor, settings: GatewaySettings) -> None:
-        self._supervisor = supervisor
+    def __init__(self, service: Service, settings: GatewaySettings) -> None:
+        self._service = service
         self._settings = settings
 
     async def generate(
@@ -70,7 +81,12 @@ class OpenAIServing:
     ) -> web.StreamResponse:
         body = await request.read()
         req = decode(body, rid, self._settings.default_max_tokens)
-        gen = self._supervisor.submit(req)
+        headers = request.headers
+        asked = headers.get("x-priority")
+        if asked is not None:
+            req.priority = parse_priority(asked)
+        req.session_id = headers.get("x-session-id", "")[:128]
+        gen = self._service.submit(req, bearer_key(headers.get("Authorization")))
         try:
             async with asyncio.timeout(self._settings.request_timeout_s):
                 try:
@@ -78,10 +94,12 @@ class OpenAIServing:
                         batch = await gen.take()
                 except TimeoutError:
                     raise Unavailable("Timed out waiting for the engine to start.") from None
-                headers = {"x-shardgate-replica": gen.replica}
+                out_headers = dict(gen.headers)
+                if gen.replica:
+                    out_headers["x-shardgate-replica"] = gen.replica
                 if req.stream:
-                    return await self._stream(request, gen, kind, batch, headers)
-                return await self._unary(gen, kind, batch, headers)
+                    return await self._stream(request, gen, kind, batch, out_headers)
+                return await self._unary(gen, kind, batch, out_headers)
         finally:
             gen.close()
 
@@ -119,16 +137,23 @@ class OpenAIServing:
         try:
             while batch:
                 for d in batch:
-                    tally.add(d)
                     if d.token_ids or d.text:
                         enc.token_chunk_into(buf, d.text)
+                    elif d.finish is Finish.NONE and not d.prompt_tokens:
+                        buf += KEEPALIVE  # waiting in a queue: keep the connection alive
+                    tally.add(d)
                 if buf:
                     await resp.write(bytes(buf))
                     buf.clear()
                 batch = await gen.take()
         except GatewayError as e:
-            # The stream already started: the error travels as an SSE event.
-            await resp.write(enc.error_event(e.message, e.type, e.status) + encode.DONE)
+            # The stream already started: the error travels as an SSE event, with the usage
+            # so far when the client asked for usage.
+            buf += enc.error_event(e.message, e.type, e.status)
+            if req.include_usage:
+                enc.usage_chunk_into(buf, tally.usage())
+            buf += encode.DONE
+            await resp.write(bytes(buf))
             return resp
         enc.finish_chunk_into(buf, tally.reason)
         if req.include_usage:

@@ -1,4 +1,5 @@
-"""Pick the least-loaded replica (the full filter/scorer/picker router builds on this)."""
+"""Today's pick: the least-loaded replica. The runtime uses it until it switches to `Profile`;
+the default profile makes the same choice (see tests/unit/policy/routing/test_profile.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,120 @@
+"""Config for routing, sidecar health and retries (the top-level `routing:`, `health:` and
+`retry:` sections).
+
+An empty config gives: the default routing profile (serves the model, healthy, not ejected, a
+free slot; least loaded plus prefix affinity with a load bound; max score), heartbeats judged by
+the interval each sidecar announces, Envoy-style outlier ejection, and a Finagle-style retry
+budget. Plugin type names and their params are checked when the profile is built
+(`gateway.policy.routing.profile.build_profile`), with errors that name the field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+Name = Annotated[str, msgspec.Meta(min_length=1)]
+Weight = Annotated[float, msgspec.Meta(ge=0)]
+Intervals = Annotated[float, msgspec.Meta(gt=0)]
+Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+
+
+class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class PluginSpec(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A filter or picker: a registered type name and its params."""
+
+    type: Name
+    params: dict[str, Any] = {}
+
+
+class ScorerSpec(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A scorer: scores in [0, 1] per replica, multiplied by `weight` (0 turns it off)."""
+
+    type: Name
+    weight: Weight = 1.0
+    params: dict[str, Any] = {}
+
+
+DEFAULT_FILTERS = (
+    PluginSpec(type="serves"),
+    PluginSpec(type="healthy"),
+    PluginSpec(type="not_ejected"),
+    PluginSpec(type="free_slot"),
+)
+DEFAULT_SCORERS = (ScorerSpec(type="load", weight=1.0), ScorerSpec(type="prefix", weight=1.0))
+
+
+class ProfileSpec(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Filters (in order) -> weighted scorers -> picker."""
+
+    name: Name = "default"
+    filters: tuple[PluginSpec, ...] = DEFAULT_FILTERS
+    scorers: tuple[ScorerSpec, ...] = DEFAULT_SCORERS
+    picker: PluginSpec = PluginSpec(type="max_score")
+
+
+class PrefixHashSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """How the gateway hashes a prompt's leading blocks for prefix affinity: 256 characters is
+    about 64 tokens (four 16-token KV blocks), and 64 blocks cover the first ~16k characters.
+    Hashing costs about half a microsecond per block; 0 blocks turns prefix affinity off.
+    """
+
+    block_chars: Annotated[int, msgspec.Meta(ge=1, le=65536)] = 256
+    max_blocks: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 64
+
+
+class RoutingSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    profile: ProfileSpec = ProfileSpec()
+    prefix: PrefixHashSettings = PrefixHashSettings()
+    # Seed for the picker's tie-breaking (benchmarks, tests); None: seeded from the OS.
+    seed: int | None = None
+
+
+class EjectionSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Passive outlier ejection (Envoy's consecutive-5xx detector)."""
+
+    enabled: bool = True
+    consecutive_failures: Annotated[int, msgspec.Meta(ge=1)] = 5
+    base_ejection_time_s: Seconds = 30.0
+    max_ejection_time_s: Seconds = 300.0
+    # At most this share of a model pool ejected at once ...
+    max_ejection_percent: Percent = 50.0
+    # ... except that one replica may always be ejected when none is (Envoy's
+    # `always_eject_one_host`), so that small pools are protected too.
+    always_eject_one: bool = True
+    # Each interval a replica spends un-ejected takes one step off its ejection-time multiplier.
+    decay_interval_s: Seconds = 10.0
+
+    def __post_init__(self) -> None:
+        if self.max_ejection_time_s < self.base_ejection_time_s:
+            raise ValueError("max_ejection_time_s must be at least base_ejection_time_s")
+
+
+class HealthSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # None: the interval each sidecar announces in its Info.
+    heartbeat_interval_s: Seconds | None = None
+    # Without a heartbeat for this many intervals: SUSPECT (avoided), then DOWN (not routable).
+    suspect_after_intervals: Intervals = 2.0
+    down_after_intervals: Intervals = 5.0
+    ejection: EjectionSettings = EjectionSettings()
+
+    def __post_init__(self) -> None:
+        if self.down_after_intervals <= self.suspect_after_intervals:
+            raise ValueError("down_after_intervals must be above suspect_after_intervals")
+
+
+class RetrySettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # Per request: attempts before the first token (the first one included), and migrations of a
+    # stream that already started (its replica broke; resumed elsewhere from prompt + tokens).
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=10)] = 3
+    max_migrations: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
+    # Global budget (Finagle's RetryBudget): over the last `budget_window_s`, retries may be
+    # `budget_ratio` of requests, plus `min_retries_per_s` whatever the traffic.
+    budget_ratio: Annotated[float, msgspec.Meta(ge=0, le=10)] = 0.2
+    min_retries_per_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+    budget_window_s: Seconds = 10.0

@@ -1,0 +1,12 @@
+"""Prometheus metrics with closed label sets, and structured JSON logs."""
+
+from gateway.observability.labels import Outcome, RejectReason, ReplicaState
+from gateway.observability.metrics import BufferPoolUse, GatewayMetrics
+
+__all__ = [
+    "BufferPoolUse",
+    "GatewayMetrics",
+    "Outcome",
+    "RejectReason",
+    "ReplicaState",
+]

@@ -1,0 +1,114 @@
+"""Structured logs: one JSON object per line, and one line per finished request.
+
+{"ts":"2025-01-02T03:04:05.678Z","level":"info","logger":"shardgate.request","msg":"request",
+ "id":"...","tenant":"acme","model":"sim-llama","class":0,...}
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sys
+from typing import Any, Final
+
+import orjson
+
+REQUEST_LOGGER: Final = logging.getLogger("shardgate.request")
+
+# Attributes every LogRecord has; anything else on a record came from `extra=`.
+_STANDARD: Final = frozenset(
+    [*logging.LogRecord("", 0, "", 0, "", (), None).__dict__, "message", "asctime", "taskName"]
+)
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+
+
+class JsonFormatter(logging.Formatter):
+    """ts (UTC, ms), level, logger, msg, the `extra` fields, and exc when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        out: dict[str, Any] = {
+            "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for k, v in _extras(record).items():
+            out.setdefault(k, v)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return orjson.dumps(out, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """For a terminal: the usual line, then the `extra` fields as key=value."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = _extras(record)
+        if not extras:
+            return line
+        return line + " " + " ".join(f"{k}={v}" for k, v in extras.items())
+
+
+_handler: logging.Handler | None = None
+
+
+def setup(level: int | str = "INFO", json: bool = True) -> None:
+    """Send the root logger to stderr as JSON lines (or text); safe to call again."""
+    global _handler
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(JsonFormatter() if json else TextFormatter())
+    root.addHandler(_handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+
+
+def request_log(
+    *,
+    request_id: str,
+    tenant: str,
+    model: str,
+    klass: int,
+    replica: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    ttft_ms: float | None,
+    e2e_ms: float,
+    outcome: str,
+    preemptions: int = 0,
+    migrations: int = 0,
+    retries: int = 0,
+    logger: logging.Logger = REQUEST_LOGGER,
+) -> None:
+    """The one line a request leaves when it ends (info level, message `request`)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    logger.info(
+        "request",
+        extra={
+            "id": request_id,
+            "tenant": tenant,
+            "model": model,
+            "class": klass,
+            "replica": replica,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "ttft_ms": None if ttft_ms is None else round(ttft_ms, 3),
+            "e2e_ms": round(e2e_ms, 3),
+            "outcome": str(outcome),
+            "preemptions": preemptions,
+            "migrations": migrations,
+            "retries": retries,
+        },
+    )

@@ -1,0 +1,121 @@
+"""Passive outlier ejection, as Envoy's consecutive-5xx detector does it.
+
+The runtime reports each attempt's outcome. `consecutive_failures` failures in a row eject the
+replica for `base_ejection_time_s` x its multiplier, capped at `max_ejection_time_s`. The
+multiplier goes up by one per ejection (while base x multiplier < max + base, as Envoy) and down
+by one for each `decay_interval_s` the replica then spends un-ejected, so a replica that keeps
+failing stays out longer and longer, and one that recovered is soon forgiven. A success resets
+the consecutive count; so does a detection, ejected or not (Envoy resets after a detection, so a
+detection refused by the cap needs a fresh run of failures). Outcomes reported while ejected
+(requests that were already running) are ignored. An ejection ends exactly at its time.
+
+The cap (Envoy >= 1.31): a replica is ejected only if, with it, at most `max_ejection_percent`
+of its pool is ejected: 100 x (ejected + 1) / pool size <= max_ejection_percent; with
+`always_eject_one`, one replica may be ejected when none of the pool is (Envoy's
+`always_eject_one_host`). The pool is the request's model pool, passed by the runtime.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from gateway.config.routing import EjectionSettings
+
+
+@dataclass(slots=True)
+class _Replica:
+    consecutive: int = 0
+    until: float = 0.0  # ejected until then (0: not ejected)
+    multiplier: int = 0  # Envoy's ejectTimeBackoff
+    released_at: float | None = None  # when the last ejection ended
+
+
+class OutlierDetector:
+    """Ejection state of every replica of the fleet, keyed by replica name."""
+
+    __slots__ = ("_active", "_replicas", "_soonest", "settings")
+
+    def __init__(self, settings: EjectionSettings) -> None:
+        self.settings = settings
+        self._replicas: dict[str, _Replica] = {}
+        self._active: dict[str, float] = {}  # ejected name -> until (may hold expired ones)
+        self._soonest = math.inf  # no ejection in `_active` ends before this
+
+    # -- what routing reads -----------------------------------------------------------------
+    def any_ejected(self, now: float) -> bool:
+        """Whether any replica is ejected now (routing's fast path skips the filter if not)."""
+        if now >= self._soonest:
+            self._release_all_due(now)
+        return bool(self._active)
+
+    def is_ejected(self, name: str, now: float) -> bool:
+        until = self._active.get(name)
+        return until is not None and until > now
+
+    def ejected_until(self, name: str, now: float) -> float | None:
+        until = self._active.get(name)
+        return until if until is not None and until > now else None
+
+    # -- outcomes ---------------------------------------------------------------------------
+    def success(self, name: str, now: float) -> None:
+        r = self._replicas.get(name)
+        if r is not None:
+            self._release_if_due(name, r, now)
+            r.consecutive = 0
+
+    def failure(self, name: str, now: float, pool: Collection[str]) -> float | None:
+        """Count a server-side failure; returns the ejection's end when this one ejects it."""
+        s = self.settings
+        r = self._replicas.get(name)
+        if r is None:
+            r = self._replicas[name] = _Replica()
+        self._release_if_due(name, r, now)
+        if r.until > now or not s.enabled:
+            return None
+        r.consecutive += 1
+        if r.consecutive < s.consecutive_failures:
+            return None
+        r.consecutive = 0
+        if not self._cap_allows(name, now, pool):
+            return None
+        if r.released_at is not None:
+            r.multiplier = max(0, r.multiplier - int((now - r.released_at) // s.decay_interval_s))
+            r.released_at = None
+        base, cap = s.base_ejection_time_s, s.max_ejection_time_s
+        if r.multiplier * base < cap + base:
+            r.multiplier += 1
+        r.until = now + min(base * r.multiplier, cap)
+        self._active[name] = r.until
+        self._soonest = min(self._soonest, r.until)
+        return r.until
+
+    def forget(self, name: str) -> None:
+        """The replica left the fleet."""
+        self._replicas.pop(name, None)
+        self._active.pop(name, None)
+
+    # -- internals --------------------------------------------------------------------------
+    def _release_if_due(self, name: str, r: _Replica, now: float) -> None:
+        if r.until and r.until <= now:
+            r.released_at = r.until
+            r.until = 0.0
+            r.consecutive = 0
+            self._active.pop(name, None)
+
+    def _release_all_due(self, now: float) -> None:
+        for name, until in list(self._active.items()):
+            if until <= now:
+                self._release_if_due(name, self._replicas[name], now)
+        self._soonest = min(self._active.values(), default=math.inf)
+
+    def _cap_allows(self, name: str, now: float, pool: Collection[str]) -> bool:
+        s = self.settings
+        if now >= self._soonest:
+            self._release_all_due(now)
+        ejected = sum(1 for other in self._active if other != name and other in pool)
+        size = max(len(pool), 1)
+        if 100.0 * (ejected + 1) <= s.max_ejection_percent * size:
+            return True
+        return s.always_eject_one and ejected == 0

@@ -1,0 +1,44 @@
+"""What the runtime holds: the profile built from `routing:` and the prefix hasher."""
+
+from __future__ import annotations
+
+import random
+
+from gateway.config.routing import RoutingSettings
+from gateway.policy.ejection import OutlierDetector
+from gateway.policy.routing.plugin import PluginEnv
+from gateway.policy.routing.prefix import PrefixHasher
+from gateway.policy.routing.profile import Profile, build_profile
+from gateway.policy.routing.scorers import Prefix
+from gateway.policy.routing.snapshot import RequestFeatures
+from gateway.types import GenerationRequest
+
+
+class Router:
+    """Build once per config (ValueError names a bad field); `profile.route` per request."""
+
+    __slots__ = ("hasher", "profile")
+
+    def __init__(
+        self,
+        settings: RoutingSettings,
+        outliers: OutlierDetector | None,
+        rng: random.Random | None = None,
+    ) -> None:
+        env = PluginEnv(rng or random.Random(settings.seed), outliers)
+        self.profile: Profile = build_profile(settings.profile, env)
+        uses_prefix = any(isinstance(s, Prefix) for s, _ in self.profile.scorers)
+        p = settings.prefix
+        self.hasher = PrefixHasher(p.block_chars, p.max_blocks) if uses_prefix else None
+
+    def features(self, req: GenerationRequest) -> RequestFeatures:
+        """Once per request (retries and migrations reuse it). Hashes the prompt only when the
+        profile has a prefix scorer."""
+        hashes: list[int] = []
+        h = self.hasher
+        if h is not None:
+            if req.messages is not None:
+                hashes = h.messages(req.model, req.lora, req.messages)
+            else:
+                hashes = h.prompt(req.model, req.lora, req.prompt or "")
+        return RequestFeatures(req.model, req.lora, hashes, req.session_id)

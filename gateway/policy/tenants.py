@@ -1,0 +1,157 @@
+"""Who is asking: API key -> tenant, the tenant's limits per model, and its priority cap."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from gateway.config.tenants import (
+    PRIORITY_MIN,
+    ModelOverride,
+    RateLimits,
+    TenantConfig,
+    check_tenancy,
+)
+from gateway.types import Unauthorized
+
+ANONYMOUS: Final = "anonymous"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A tenant's resolved limits on one model; a rate of None means no limit."""
+
+    requests_per_s: float | None = None
+    requests_burst: int = 1
+    tokens_per_min: float | None = None
+    tokens_burst: int = 1
+    max_concurrent: int | None = None
+    default_priority: int = 0
+    max_priority: int = 0
+
+
+UNLIMITED: Final = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class Buckets:
+    """The two bucket settings of a `RateLimits`, bursts filled in."""
+
+    requests_per_s: float | None
+    requests_burst: int
+    tokens_per_min: float | None
+    tokens_burst: int
+
+
+def buckets(c: RateLimits) -> Buckets:
+    """Default bursts: one second of requests (at least 1), one minute of tokens."""
+    rps, tpm = c.requests_per_s, c.tokens_per_min
+    rb = c.requests_burst
+    if rb is None:
+        rb = max(1, math.ceil(rps)) if rps is not None else 1
+    tb = c.tokens_burst
+    if tb is None:
+        tb = max(1, math.ceil(tpm)) if tpm is not None else 1
+    return Buckets(rps, rb, tpm, tb)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Tenant:
+    name: str
+    weight: float = 1.0
+    defaults: Limits = UNLIMITED
+    per_model: Mapping[str, Limits] = field(default_factory=dict)
+
+    def limits(self, model: str) -> Limits:
+        return self.per_model.get(model, self.defaults)
+
+    def priority(self, model: str, requested: int | None) -> int:
+        """The class a request runs at: the default class, or the one asked for, capped at the
+        tenant's maximum (and at PRIORITY_MIN from below)."""
+        lim = self.per_model.get(model, self.defaults)
+        if requested is None:
+            return lim.default_priority
+        if requested > lim.max_priority:
+            return lim.max_priority
+        return requested if requested > PRIORITY_MIN else PRIORITY_MIN
+
+    @classmethod
+    def from_config(cls, c: TenantConfig) -> Tenant:
+        per_model = {m: _limits(c, m, o) for m, o in c.models.items()}
+        return cls(c.name, c.weight, _limits(c, None, None), per_model)
+
+
+def _limits(t: TenantConfig, model: str | None, o: ModelOverride | None) -> Limits:
+    """The tenant's limits, or its limits on `model` under override `o`: a bucket whose rate
+    the override leaves out is the tenant's bucket; other fields are inherited one by one."""
+    b = buckets(t)
+    rps, rb, tpm, tb = b.requests_per_s, b.requests_burst, b.tokens_per_min, b.tokens_burst
+    conc = t.max_concurrent
+    if o is not None:
+        ob = buckets(o)
+        if o.requests_per_s is not None:
+            rps, rb = ob.requests_per_s, ob.requests_burst
+        if o.tokens_per_min is not None:
+            tpm, tb = ob.tokens_per_min, ob.tokens_burst
+        if o.max_concurrent is not None:
+            conc = o.max_concurrent
+    default, top = t.priorities(model)
+    return Limits(rps, rb, tpm, tb, conc, default, top)
+
+
+def bearer_key(authorization: str | None) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header; None when absent or empty."""
+    if not authorization:
+        return None
+    scheme, _, key = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    key = key.strip()
+    return key or None
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+class Tenants:
+    """Resolves API keys. Keys are held only as SHA-256 digests and looked up by digest, so the
+    lookup time does not depend on how much of a guessed key is right.
+
+    With no tenants configured, every request (with or without a key) is the unlimited
+    `anonymous` tenant. With tenants, a request without a key is the `anonymous` tenant if one
+    is named, else 401; a key that is not configured is always 401.
+    """
+
+    __slots__ = ("_anonymous", "_by_digest", "_by_name", "open")
+
+    def __init__(self, tenants: Sequence[TenantConfig] = (), anonymous: str | None = None) -> None:
+        check_tenancy(tenants, anonymous)
+        self._by_name = {t.name: Tenant.from_config(t) for t in tenants}
+        self._by_digest = {_digest(k): self._by_name[t.name] for t in tenants for k in t.keys}
+        self.open = not tenants
+        self._anonymous: Tenant | None
+        if self.open:
+            self._anonymous = Tenant(ANONYMOUS)
+        else:
+            self._anonymous = self._by_name[anonymous] if anonymous is not None else None
+
+    def get(self, name: str) -> Tenant | None:
+        return self._by_name.get(name)
+
+    def resolve(self, api_key: str | None) -> Tenant:
+        """The tenant of `api_key` (None or "" = no key); raises `Unauthorized` (401)."""
+        if self.open:
+            assert self._anonymous is not None
+            return self._anonymous
+        if not api_key:
+            if self._anonymous is None:
+                raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+            return self._anonymous
+        tenant = self._by_digest.get(_digest(api_key))
+        if tenant is None:
+            raise Unauthorized("invalid API key")
+        return tenant

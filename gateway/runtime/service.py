@@ -1,0 +1,79 @@
+"""The front door of the runtime: tenant, priority class, rate limits, then the scheduler."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from gateway.policy.admission import Admission, Rejected, estimate_tokens
+from gateway.policy.tenants import Tenants
+from gateway.runtime.fleet import Fleet
+from gateway.runtime.job import Job
+from gateway.runtime.scheduler import Scheduler
+from gateway.runtime.stream import ResponseStream
+from gateway.types import GatewayError, GenerationRequest, ModelNotFound, RateLimited, Unavailable
+
+
+def rejection_error(r: Rejected) -> GatewayError:
+    cls = RateLimited if r.status == 429 else Unavailable
+    return cls(f"Rate limit reached: {r.reason}.", None, r.headers)
+
+
+class Service:
+    def __init__(
+        self,
+        fleet: Fleet,
+        scheduler: Scheduler,
+        tenants: Tenants,
+        admission: Admission,
+        max_pending_deltas: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fleet = fleet
+        self.scheduler = scheduler
+        self.tenants = tenants
+        self.admission = admission
+        self._max_pending = max_pending_deltas
+        self._clock = clock
+
+    def submit(self, req: GenerationRequest, api_key: str | None) -> Job:
+        """Admit and schedule a request; raises 401/404/429/503 errors with their headers."""
+        tenant = self.tenants.resolve(api_key)
+        if not self.fleet.knows(req.model):
+            raise ModelNotFound(f"The model `{req.model}` does not exist.", "model")
+        priority = tenant.priority(req.model, req.priority)
+        req.priority = priority
+        estimate = estimate_tokens(req)
+        now = self._clock()
+        ticket = self.admission.admit(tenant, req.model, estimate, now)
+        if isinstance(ticket, Rejected):
+            raise rejection_error(ticket)
+        job = Job(
+            req,
+            self.scheduler,
+            ResponseStream(self._max_pending),
+            tenant=tenant.name,
+            priority=priority,
+            arrival=now,
+        )
+        job.ticket = ticket
+        try:
+            self.scheduler.enqueue(job, estimate, tenant.weight)
+        except GatewayError as e:
+            self.admission.complete(ticket, 0, now)
+            e.headers = (*ticket.headers, *e.headers)
+            raise
+        return job
+
+    def settle(self, job: Job) -> None:
+        """A job ended: reconcile its rate-limit charge with what it really used."""
+        ticket = job.ticket
+        if ticket is None:
+            return
+        used = job.prompt_tokens + len(job.generated)
+        self.admission.complete(ticket, used, self._clock())
+        pool = self.scheduler.pools.get(job.request.model)
+        if pool is not None:
+            tenant = self.tenants.get(job.tenant)
+            weight = tenant.weight if tenant is not None else 1.0
+            pool.queue.settle(job.tenant, job.priority, weight, used - ticket.charged)

@@ -1,0 +1,239 @@
+"""Tenants, token buckets, priority scheduling and preemption, through the real API."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import openai
+import pytest
+from shardgate.v1 import gateway_pb2 as pb
+from shardgate.v1 import gateway_pb2_grpc as pb_grpc
+
+from engine_sidecar.backends.sim import SimConfig
+from tests.integration.cluster import Cluster
+
+CONFIG = """
+gateway: {default_max_tokens: 16, keepalive_s: 0.2}
+model_capacity: {sim-llama: 1}
+tenants:
+  - {name: hi, keys: [sk-hi], default_priority: 10}
+  - {name: lo, keys: [sk-lo], default_priority: 0, max_priority: 10}
+  - {name: free, keys: [sk-free], requests_per_s: 2, requests_burst: 2}
+  - {name: meter, keys: [sk-meter], tokens_per_min: 4000}
+  - {name: tiny, keys: [sk-tiny], default_priority: 1}
+scheduling:
+  default: {max_depth: 10, max_wait_s: 60}
+  classes:
+    1: {max_depth: 1, max_wait_s: 0.5}
+  preemption: {enabled: true, min_run_s: 0, max_per_request: 3}
+"""
+PROMPT = [{"role": "user", "content": "Tell me a long story."}]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(CONFIG, [{"sim": SimConfig(model="sim-llama", profile="fast")}])
+    c.start()
+    yield c
+    c.stop()
+
+
+_CLIENTS: dict[str, openai.OpenAI] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    for c in _CLIENTS.values():
+        c.close()
+    _CLIENTS.clear()
+
+
+def client(cluster: Cluster, key: str) -> openai.OpenAI:
+    c = _CLIENTS.get(key)
+    if c is None:
+        c = _CLIENTS[key] = openai.OpenAI(
+            base_url=f"{cluster.http_url}/v1", api_key=key, max_retries=0, timeout=60
+        )
+    return c
+
+
+def chat(cluster: Cluster, key: str, max_tokens: int, **kw: Any) -> Any:
+    return client(cluster, key).chat.completions.with_raw_response.create(
+        model="sim-llama",
+        messages=PROMPT,
+        max_tokens=max_tokens,
+        extra_body={"ignore_eos": True},
+        **kw,
+    )
+
+
+def stream_text(
+    cluster: Cluster, key: str, max_tokens: int, on_chunk: Any = None, **kw: Any
+) -> tuple[str, int, float]:
+    """(text, content chunks, time of the first content chunk)."""
+    raw = chat(cluster, key, max_tokens, stream=True, **kw)
+    pieces: list[str] = []
+    first = 0.0
+    for chunk in raw.parse():
+        if chunk.choices and chunk.choices[0].delta.content:
+            if not pieces:
+                first = time.monotonic()
+            pieces.append(chunk.choices[0].delta.content)
+            if on_chunk is not None:
+                on_chunk(len(pieces))
+    return "".join(pieces), len(pieces), first
+
+
+def test_missing_or_unknown_key_is_401(cluster: Cluster) -> None:
+    with pytest.raises(openai.AuthenticationError) as e:
+        client(cluster, "sk-nobody").chat.completions.create(model="sim-llama", messages=PROMPT)
+    assert e.value.status_code == 401
+    req = urllib.request.Request(
+        f"{cluster.http_url}/v1/chat/completions",
+        data=json.dumps({"model": "sim-llama", "messages": PROMPT}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as no_key:
+        urllib.request.urlopen(req, timeout=10)
+    assert no_key.value.code == 401
+    assert json.loads(no_key.value.read())["error"]["type"] == "authentication_error"
+    no_key.value.close()
+
+
+def test_free_gets_429_at_the_third_quick_request_then_succeeds_after_retry_after(
+    cluster: Cluster,
+) -> None:
+    time.sleep(1.1)  # a full bucket
+    for _ in range(2):
+        r = chat(cluster, "sk-free", 2)
+        assert r.headers["x-ratelimit-limit-requests"] == "2"
+    with pytest.raises(openai.RateLimitError) as e:
+        chat(cluster, "sk-free", 2)
+    retry_after = float(e.value.response.headers["retry-after"])
+    assert 0 < retry_after <= 1
+    assert e.value.response.headers["x-ratelimit-remaining-requests"] == "0"
+    time.sleep(retry_after)
+    assert chat(cluster, "sk-free", 2).parse().choices[0].message.content
+
+
+def test_unused_tokens_are_refunded(cluster: Cluster) -> None:
+    # 4000 tokens/min: a request reserves its prompt + 3000 tokens up front.
+    first = chat(cluster, "sk-meter", 3000, stream=True).parse()
+    for i, _ in enumerate(first):
+        if i == 5:
+            break
+    with pytest.raises(openai.RateLimitError) as e:
+        chat(cluster, "sk-meter", 3000)
+    assert int(e.value.response.headers["retry-after"]) > 10  # refill alone would take long
+    first.close()  # the client goes away: what was not generated is refunded
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            second = chat(cluster, "sk-meter", 3000, stream=True).parse()
+            break
+        except openai.RateLimitError:
+            assert time.monotonic() < deadline, "the unused reservation was not refunded"
+            time.sleep(0.05)
+    next(iter(second))
+    second.close()
+
+
+def test_higher_class_starts_before_lower_classes_that_arrived_earlier(cluster: Cluster) -> None:
+    starts: dict[str, float] = {}
+
+    def run(name: str, key: str, tokens: int) -> None:
+        _, n, first = stream_text(cluster, key, tokens)
+        assert n == tokens
+        starts[name] = first
+
+    blocker = threading.Thread(target=run, args=("blocker", "sk-hi", 600))
+    blocker.start()
+    time.sleep(0.3)  # the blocker holds the only slot; class 10 cannot be preempted by 10
+    lows = [threading.Thread(target=run, args=(f"lo{i}", "sk-lo", 60)) for i in range(2)]
+    for t in lows:
+        t.start()
+    time.sleep(0.3)
+    highs = [threading.Thread(target=run, args=(f"hi{i}", "sk-hi", 60)) for i in range(2)]
+    for t in highs:
+        t.start()
+    for t in [blocker, *lows, *highs]:
+        t.join(60)
+    assert len(starts) == 5
+    assert max(starts["hi0"], starts["hi1"]) < min(starts["lo0"], starts["lo1"])
+
+
+def test_preempted_stream_pauses_and_resumes_with_identical_text(cluster: Cluster) -> None:
+    reference, n, _ = stream_text(cluster, "sk-lo", 400)
+    assert n == 400
+    pool = cluster.gateway.scheduler.pools["sim-llama"] if cluster.gateway else None
+    assert pool is not None
+    before = sum(pool.preemptions.values())
+    high_done: dict[str, Any] = {}
+    started = threading.Event()
+
+    def high() -> None:
+        started.wait(30)
+        high_done["text"], high_done["n"], high_done["first"] = stream_text(cluster, "sk-hi", 50)
+
+    t = threading.Thread(target=high)
+    t.start()
+    text, n, _ = stream_text(
+        cluster, "sk-lo", 400, on_chunk=lambda i: started.set() if i == 20 else None
+    )
+    t.join(30)
+    assert n == 400
+    assert text == reference
+    assert high_done["n"] == 50
+    assert sum(pool.preemptions.values()) == before + 1
+
+
+def test_queue_bounds_reject_and_nothing_hangs(cluster: Cluster) -> None:
+    blocker = threading.Thread(target=stream_text, args=(cluster, "sk-hi", 800))
+    blocker.start()
+    time.sleep(0.3)
+    outcome: dict[str, BaseException] = {}
+
+    def queued() -> None:
+        try:
+            chat(cluster, "sk-tiny", 4)
+        except openai.APIStatusError as e:
+            outcome["first"] = e
+
+    t = threading.Thread(target=queued)
+    t.start()
+    time.sleep(0.1)
+    with pytest.raises(openai.APIStatusError) as e:  # class 1 holds one waiter at most
+        chat(cluster, "sk-tiny", 4)
+    assert e.value.status_code in (429, 503)
+    assert e.value.response.headers.get("retry-after")
+    t.join(10)  # the queued one gives up after its class's 0.5 s
+    assert not t.is_alive()
+    err = outcome["first"]
+    assert isinstance(err, openai.APIStatusError) and err.status_code == 503
+    blocker.join(60)
+
+
+def test_grpc_rate_limit_and_auth_status_codes(cluster: Cluster) -> None:
+    with grpc.insecure_channel(cluster.grpc_target) as ch:
+        stub = pb_grpc.GatewayStub(ch)
+        req = pb.GenerateRequest(model="sim-llama", prompt="hi", max_tokens=2)
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.Generate(req, timeout=10))
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        time.sleep(1.1)
+        meta = (("authorization", "Bearer sk-free"),)
+        for _ in range(2):
+            assert list(stub.Generate(req, metadata=meta, timeout=10))
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.Generate(req, metadata=meta, timeout=10))
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        trailing = dict(e.value.trailing_metadata() or ())
+        assert int(trailing["retry-after"]) >= 1
