@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import grpc
+import msgspec
 from aiohttp import web
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -13,6 +15,8 @@ from shardgate.v1 import gateway_pb2_grpc
 from gateway.api import grpc_api
 from gateway.api.http import HttpApi
 from gateway.config.schema import Config
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.report import RequestReporter
 from gateway.policy.admission import Admission
 from gateway.policy.tenants import Tenants
 from gateway.runtime.fleet import Fleet
@@ -24,6 +28,10 @@ from gateway.runtime.supervisor import Supervisor
 log = logging.getLogger(__name__)
 
 
+def config_hash(config: Config) -> str:
+    return hashlib.sha256(msgspec.json.encode(config)).hexdigest()[:16]
+
+
 class Gateway:
     """A running gateway. Ports of None take the config's; 0 picks a free port."""
 
@@ -32,6 +40,12 @@ class Gateway:
     ) -> None:
         s = config.gateway
         self.config = config
+        self.metrics = GatewayMetrics(
+            config.pricing,
+            tenants=[t.name for t in config.tenants],
+            models=config.pricing.models,
+        )
+        self.reporter = RequestReporter(self.metrics, s.request_log)
         self.fleet = Fleet(config.sidecars, s.link)
         self.supervisor = Supervisor(
             self.fleet, max_retries=s.max_retries, max_migrations=s.max_migrations
@@ -50,8 +64,12 @@ class Gateway:
             Tenants(config.tenants, config.anonymous),
             Admission(config.model_limits),
             s.max_pending_deltas,
+            self.metrics,
         )
-        self.http_api = HttpApi(self.fleet, self.service, s)
+        self.scheduler.on_queue_wait = self.reporter.queue_wait
+        self.metrics.register_heartbeat_age(self.fleet.heartbeat_ages)
+        self.metrics.set_config(1, config_hash(config))
+        self.http_api = HttpApi(self.fleet, self.service, self.metrics, s)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
         self._runner: web.AppRunner | None = None
@@ -62,6 +80,7 @@ class Gateway:
 
     def _settle(self, job: Job) -> None:
         self.service.settle(job)
+        self.reporter.done(job)
 
     async def start(self) -> None:
         s = self.config.gateway

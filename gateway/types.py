@@ -130,6 +130,11 @@ class Unavailable(GatewayError):
     type = "service_unavailable"
 
 
+class GatewayTimeout(GatewayError):
+    status = 504
+    type = "timeout"
+
+
 class UpstreamError(GatewayError):
     status = 502
     type = "upstream_error"

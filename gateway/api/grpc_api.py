@@ -19,11 +19,11 @@ from gateway.types import (
     FINISH_REASON,
     Finish,
     GatewayError,
+    GatewayTimeout,
     GenerationRequest,
     InvalidRequest,
     Message,
     Sampling,
-    Unavailable,
 )
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -34,6 +34,7 @@ _CODES = {
     404: grpc.StatusCode.NOT_FOUND,
     413: grpc.StatusCode.INVALID_ARGUMENT,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    499: grpc.StatusCode.CANCELLED,
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
@@ -47,6 +48,11 @@ def status_of(err: GatewayError) -> grpc.StatusCode:
 def trailing(err: GatewayError) -> tuple[tuple[str, str], ...]:
     """Error headers (retry-after, rate limits) as trailing metadata."""
     return tuple((k.lower(), v) for k, v in err.headers)
+
+
+def usage_trailer(prompt: int, completion: int) -> tuple[tuple[str, str], ...]:
+    """The usage so far of a stream that ends in an error."""
+    return (("x-usage-prompt-tokens", str(prompt)), ("x-usage-completion-tokens", str(completion)))
 
 
 def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequest:
@@ -111,19 +117,24 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             gen = self._service.submit(req, bearer_key(metadata.get("authorization")))
         except GatewayError as e:
             await context.abort(status_of(e), e.message, trailing(e))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.request_timeout_s
+        timed_out = False
+        counted = 0
+        prompt = cached = 0
         try:
             try:
-                async with asyncio.timeout(self._settings.first_token_timeout_s):
+                first = min(deadline, loop.time() + self._settings.first_token_timeout_s)
+                async with asyncio.timeout_at(first):
                     batch = await gen.take()
             except TimeoutError:
-                raise Unavailable("Timed out waiting for the engine to start.") from None
+                timed_out = True
+                raise GatewayTimeout("Timed out waiting for the engine to start.") from None
             initial = [("x-request-id", req.request_id), *gen.headers]
             if gen.replica:
                 initial.append(("x-shardgate-replica", gen.replica))
             await context.send_initial_metadata(tuple(initial))
-            async with asyncio.timeout(self._settings.request_timeout_s):
-                prompt = cached = completion = counted = 0
-                finish = Finish.NONE
+            async with asyncio.timeout_at(deadline):
                 while batch:
                     for d in batch:
                         counted += len(d.token_ids)
@@ -133,9 +144,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                             continue  # a keep-alive while queued: HTTP/2 pings do that here
                         out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
                         if d.finish is not Finish.NONE:
-                            finish, completion = d.finish, d.completion_tokens
-                            completion = completion or counted
-                            out.finish_reason = FINISH_REASON.get(finish, "stop")
+                            completion = d.completion_tokens or counted
+                            out.finish_reason = FINISH_REASON.get(d.finish, "stop")
                             out.model = req.model
                             out.usage.prompt_tokens = prompt
                             out.usage.completion_tokens = completion
@@ -143,7 +153,16 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                             out.usage.cached_tokens = cached
                         yield out
                     batch = await gen.take()
+        except TimeoutError:
+            timed_out = True
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "The request ran past its deadline.",
+                usage_trailer(prompt, counted),
+            )
         except GatewayError as e:
-            await context.abort(status_of(e), e.message, trailing(e))
+            await context.abort(
+                status_of(e), e.message, (*trailing(e), *usage_trailer(prompt, counted))
+            )
         finally:
-            gen.close()
+            gen.close(timed_out)

@@ -13,6 +13,7 @@ from aiohttp import web
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
 from gateway.config.schema import GatewaySettings
+from gateway.observability.metrics import GatewayMetrics
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.service import Service
 from gateway.types import GatewayError, ModelNotFound, PayloadTooLarge
@@ -71,8 +72,15 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 
 class HttpApi:
-    def __init__(self, fleet: Fleet, service: Service, settings: GatewaySettings) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        service: Service,
+        metrics: GatewayMetrics,
+        settings: GatewaySettings,
+    ) -> None:
         self._fleet = fleet
+        self._metrics = metrics
         self._settings = settings
         self._serving = OpenAIServing(service, settings)
         self._started = int(time.time())
@@ -87,6 +95,7 @@ class HttpApi:
         app.router.add_get("/v1/models/{model:.+}", self.model)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics)
         return app
 
     def _check_length(self, request: web.Request) -> None:
@@ -126,6 +135,14 @@ class HttpApi:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        for address, state in self._fleet.replica_states().items():
+            self._metrics.set_replica_state(address, state)
+        body, content_type = self._metrics.render()
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = content_type
+        return resp
 
     async def readyz(self, request: web.Request) -> web.Response:
         models = self._fleet.models()

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from gateway.config.pricing import Pricing
 from gateway.config.tenants import RateLimits, SchedulingConfig, TenantConfig, check_tenancy
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
@@ -46,6 +47,10 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # Failover: attempts on other replicas before the first token, moves after it.
     max_retries: Annotated[int, msgspec.Meta(ge=0)] = 2
     max_migrations: Annotated[int, msgspec.Meta(ge=0)] = 3
+    # One JSON log line per finished request.
+    request_log: bool = True
+    # Logs as JSON lines (false: plain text).
+    json_logs: bool = True
     link: LinkSettings = LinkSettings()
 
 
@@ -74,6 +79,8 @@ class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model_limits: dict[str, RateLimits] = {}
     # Running requests per model pool at most (default: the sum of its replicas' slots).
     model_capacity: dict[str, Annotated[int, msgspec.Meta(gt=0)]] = {}
+    # Prices per 1k tokens (cost metrics) and tenants' monthly budgets (cost alerts).
+    pricing: Pricing = Pricing()
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sidecars]

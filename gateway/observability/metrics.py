@@ -76,7 +76,7 @@ class GatewayMetrics:
     ) -> None:
         self.registry = r = CollectorRegistry()
         self._pricing = Pricing()
-        self._models: set[str] = set(models)
+        self._models: set[str] = set()
         self._tenants: set[str] = set(tenants)
         self._by_model: dict[str, _ModelChildren] = {}
         self._usage: dict[tuple[str, str], _Usage] = {}
@@ -143,6 +143,7 @@ class GatewayMetrics:
         )
         self._callbacks = CallbackCollector()
         r.register(self._callbacks)
+        self.add_models(models)
         self.set_pricing(pricing or Pricing())
 
     def _histogram(
@@ -154,8 +155,13 @@ class GatewayMetrics:
 
     # -- closed label sets -----------------------------------------------------------------
     def add_models(self, names: Iterable[str]) -> None:
-        """Models that may appear as labels (call on every announcement; never forgets)."""
-        self._models.update(names)
+        """Models that may appear as labels (call on every announcement; never forgets).
+        Their failover counters start at 0, so they exist before the first event."""
+        for name in names:
+            if name not in self._models:
+                self._models.add(name)
+                self._migrations.labels(name)
+                self._retries.labels(name)
 
     def set_tenants(self, names: Iterable[str]) -> None:
         """The configured tenants (call on every config load); `anonymous` is always known."""
@@ -165,7 +171,7 @@ class GatewayMetrics:
     def set_pricing(self, pricing: Pricing) -> None:
         """Prices and budgets (call on every config load). Priced models become known."""
         self._pricing = pricing
-        self._models.update(pricing.models)
+        self.add_models(pricing.models)
         self._budget.clear()
         for tenant, usd in pricing.budgets().items():
             self._budget.labels(tenant).set(usd)
@@ -294,6 +300,7 @@ class GatewayMetrics:
 
     def set_replica_state(self, replica: str, state: ReplicaState) -> None:
         self._replica_state.labels(replica).set(int(state))
+        self._ejections.labels(replica)  # 0 until the first ejection
 
     def forget_replica(self, replica: str) -> None:
         """A sidecar left the config: drop its series."""

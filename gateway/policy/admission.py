@@ -236,7 +236,11 @@ class Admission:
         if wait > 0:
             # Retrying after both waits succeeds unless other tenants drain the pool meanwhile.
             both = max(wait, pool_wait)
-            return self._reject(TENANT_STATUS, "rate limit exceeded", both, acc, pool, now)
+            tokens_short = _wait(acc.tokens, estimate, now) > 0
+            reason = (
+                "tokens per minute exceeded" if tokens_short else "requests per second exceeded"
+            )
+            return self._reject(TENANT_STATUS, reason, both, acc, pool, now)
         reason = "model is at its global rate limit"
         return self._reject(POOL_STATUS, reason, pool_wait, acc, pool, now)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable
 
 from gateway.config.schema import LinkSettings, SidecarEndpoint
+from gateway.observability.labels import ReplicaState
 from gateway.upstream.link import EngineLink
 
 
@@ -35,6 +37,20 @@ class Fleet:
                 prev = out.get(name, (max_len, 0))
                 out[name] = (max(prev[0], max_len), prev[1] + up)
         return out
+
+    def heartbeat_ages(self) -> dict[str, float]:
+        """Seconds since each link's last load report (for the metrics)."""
+        now = time.monotonic()
+        return {
+            link.address: now - link.last_heartbeat for link in self.links if link.last_heartbeat
+        }
+
+    def replica_states(self) -> dict[str, ReplicaState]:
+        """Each sidecar's state as the metrics show it."""
+        return {
+            link.address: ReplicaState.UP if link.routable else ReplicaState.DOWN
+            for link in self.links
+        }
 
     def knows(self, model: str) -> bool:
         return any(link.serves(model) for link in self.links)

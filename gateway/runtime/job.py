@@ -8,6 +8,8 @@ Failures go to the job's owner, which retries, migrates or ends the request.
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.runtime.stream import ResponseStream
@@ -35,12 +37,18 @@ class Owner(Protocol):
 class Job:
     __slots__ = (
         "arrival",
+        "cached_tokens",
+        "finish",
         "first_replica",
+        "first_token_at",
         "generated",
         "key",
+        "last_token_at",
         "link",
         "migrations",
+        "observe_itl",
         "out",
+        "outcome",
         "owner",
         "preemptions",
         "priority",
@@ -82,6 +90,13 @@ class Job:
         self.migrations = 0
         self.preemptions = 0
         self.started_at = 0.0
+        self.first_token_at = 0.0
+        self.last_token_at = 0.0
+        self.cached_tokens = 0
+        self.finish = Finish.NONE
+        # How it ended (an Outcome value of the metrics), set by whoever ends it.
+        self.outcome = ""
+        self.observe_itl: Callable[[float], None] | None = None
         self.ticket: Admitted | None = None  # the admission ticket, settled when done
         self.waiter: Waiter[Job] | None = None  # its place in the pool's queue
 
@@ -94,11 +109,21 @@ class Job:
     def push(self, d: Delta) -> None:
         if d.token_ids:
             self.generated.extend(d.token_ids)
+            now = _clock()
+            if self.last_token_at:
+                if self.observe_itl is not None:
+                    self.observe_itl(now - self.last_token_at)
+            else:
+                self.first_token_at = now
+            self.last_token_at = now
         if d.prompt_tokens:
             self.prompt_tokens = d.prompt_tokens
+            self.cached_tokens = d.cached_tokens
         if d.finish is not Finish.NONE:
             self.link = None
             self.state = State.DONE
+            self.finish = d.finish
+            self.outcome = "ok" if d.finish is Finish.STOP else "length"
             self.out.push(d)
             self.owner.finished(self)
             return
@@ -117,15 +142,21 @@ class Job:
     async def take(self) -> list[Delta]:
         return await self.out.take()
 
-    def close(self) -> None:
-        """The client is done with the request (finished, failed or gone)."""
+    def close(self, timed_out: bool = False) -> None:
+        """The client is done with the request (finished, failed, gone or out of time)."""
         if self.state is not State.DONE:
-            self.owner.failed(self, ClientGone())
+            self.owner.failed(self, ClientGone(timed_out))
+
+
+_clock = time.monotonic
 
 
 class ClientGone(GatewayError):
+    """The client side stopped waiting: it disconnected, or the request's deadline passed."""
+
     status = 499
     type = "client_closed_request"
 
-    def __init__(self) -> None:
-        super().__init__("The client went away.")
+    def __init__(self, timed_out: bool = False) -> None:
+        super().__init__("The request timed out." if timed_out else "The client went away.")
+        self.timed_out = timed_out

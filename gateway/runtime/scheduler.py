@@ -66,6 +66,7 @@ class Scheduler:
         self._on_done = on_done
         self._clock = clock
         self.pools: dict[str, Pool] = {}
+        self.on_queue_wait: Callable[[Job, float], None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     # -- capacity ----------------------------------------------------------------------------
@@ -107,7 +108,9 @@ class Scheduler:
         if isinstance(result, Overflow):
             raise overflow_error(result)
         if result.evicted is not None:
-            self._end(pool, result.evicted.payload, overflow_error(pool.queue.evicted))
+            evicted = result.evicted.payload
+            evicted.outcome = "rejected:queue_full"
+            self._end(pool, evicted, overflow_error(pool.queue.evicted))
         self._dispatch(pool, now)
 
     # -- running the queue ---------------------------------------------------------------------
@@ -132,10 +135,13 @@ class Scheduler:
             self._preempt(pool, victim.request, victim.resume, now)
 
     def _start(self, pool: Pool, job: Job, now: float) -> None:
+        if not job.started_at and self.on_queue_wait is not None:
+            self.on_queue_wait(job, now - job.arrival)
         job.started_at = now
         if self._supervisor.place(job):
             pool.running.add(job)
             return
+        job.outcome = "rejected:no_replica"
         self._end(pool, job, Unavailable(f"No healthy replica serves `{pool.model}` right now."))
 
     def _preempt(self, pool: Pool, job: Job, resume: bool, now: float) -> None:
@@ -144,6 +150,7 @@ class Scheduler:
         job.preemptions += 1
         pool.preemptions[job.priority] = pool.preemptions.get(job.priority, 0) + 1
         if not resume:
+            job.outcome = "aborted"
             self._end(pool, job, Unavailable("Shed under load: a higher class needed the slot."))
             return
         job.state = State.PREEMPTED
@@ -171,12 +178,14 @@ class Scheduler:
             if job.waiter is not None and job.waiter.queued:
                 pool.queue.remove(job.waiter)
             self._supervisor.abort(job)
+            job.outcome = "timeout" if error.timed_out else "client_gone"
             self._end(pool, job, None)
             return
         if job.state is not State.RUNNING:
             return  # a late failure of an attempt that was already preempted
         if self._supervisor.recover(job, error):
             return
+        job.outcome = "error"
         self._end(pool, job, error)
 
     def _end(self, pool: Pool, job: Job, error: GatewayError | None) -> None:
@@ -218,6 +227,7 @@ class Scheduler:
 
     def tick(self, pool: Pool, now: float, keepalive_due: bool) -> None:
         for w in pool.queue.expired(now):
+            w.payload.outcome = "rejected:queue_timeout"
             self._end(pool, w.payload, overflow_error(pool.queue.timed_out))
         self._dispatch(pool, now)
         if keepalive_due:

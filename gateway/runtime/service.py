@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from gateway.observability.labels import RejectReason
+from gateway.observability.metrics import GatewayMetrics
 from gateway.policy.admission import Admission, Rejected, estimate_tokens
 from gateway.policy.tenants import Tenants
 from gateway.runtime.fleet import Fleet
@@ -12,6 +14,19 @@ from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.stream import ResponseStream
 from gateway.types import GatewayError, GenerationRequest, ModelNotFound, RateLimited, Unavailable
+
+
+def reject_reason(r: Rejected) -> RejectReason:
+    return RejectReason.RATE_TOKENS if "token" in r.reason else RejectReason.RATE_REQUESTS
+
+
+def reason_of_error(e: GatewayError) -> RejectReason:
+    text = e.message.lower()
+    if "queue" in text or "class" in text:
+        return RejectReason.QUEUE_FULL
+    if "saturated" in text:
+        return RejectReason.LINK_SATURATED
+    return RejectReason.NO_REPLICA
 
 
 def rejection_error(r: Rejected) -> GatewayError:
@@ -27,8 +42,10 @@ class Service:
         tenants: Tenants,
         admission: Admission,
         max_pending_deltas: int,
+        metrics: GatewayMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.metrics = metrics
         self.fleet = fleet
         self.scheduler = scheduler
         self.tenants = tenants
@@ -47,6 +64,8 @@ class Service:
         now = self._clock()
         ticket = self.admission.admit(tenant, req.model, estimate, now)
         if isinstance(ticket, Rejected):
+            if self.metrics is not None:
+                self.metrics.rejected(req.model, reject_reason(ticket), priority)
             raise rejection_error(ticket)
         job = Job(
             req,
@@ -57,10 +76,14 @@ class Service:
             arrival=now,
         )
         job.ticket = ticket
+        if self.metrics is not None:
+            job.observe_itl = self.metrics.itl_observer(req.model)
         try:
             self.scheduler.enqueue(job, estimate, tenant.weight)
         except GatewayError as e:
             self.admission.complete(ticket, 0, now)
+            if self.metrics is not None and not job.outcome:
+                self.metrics.rejected(req.model, reason_of_error(e), priority)
             e.headers = (*ticket.headers, *e.headers)
             raise
         return job

@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import logging
 import random
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -48,6 +49,7 @@ class EngineLink:
         self.settings = settings
         self.info: convert.EndpointInfo | None = None
         self.load: convert.Load | None = None
+        self.last_heartbeat = 0.0  # time.monotonic() of the last load report
         self.connected = False
         self.streams: dict[int, DeltaTarget] = {}
         self._keys = itertools.count(1)
@@ -146,6 +148,7 @@ class EngineLink:
                 raise ConnectionError("the sidecar did not announce itself")
             self.info = convert.endpoint_info(first.info)
             self.load = convert.load(first.load)
+            self.last_heartbeat = time.monotonic()
             self.connected = True
             self._connected_once.set()
             log.info("link %s up: %s", self.name, self.info.sidecar_id)
@@ -210,3 +213,4 @@ class EngineLink:
                     )
                 if msg.HasField("load"):
                     self.load = convert.load(msg.load)
+                    self.last_heartbeat = time.monotonic()

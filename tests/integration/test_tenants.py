@@ -8,16 +8,21 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from engine_sidecar.backends.sim import SimConfig
 from tests.integration.cluster import Cluster
+from tests.unit.observability.promql import metric_names
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 gateway: {default_max_tokens: 16, keepalive_s: 0.2}
@@ -237,3 +242,51 @@ def test_grpc_rate_limit_and_auth_status_codes(cluster: Cluster) -> None:
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         trailing = dict(e.value.trailing_metadata() or ())
         assert int(trailing["retry-after"]) >= 1
+
+
+def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -> None:
+    # Runs last in this module: every test above left requests, rejections and a preemption.
+    with urllib.request.urlopen(f"{cluster.http_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+
+    def total(name: str, **labels: str) -> float:
+        return sum(
+            v
+            for lab, v in samples.get(name, [])
+            if all(lab.get(k) == want for k, want in labels.items())
+        )
+
+    assert total("shardgate_requests_total", model="sim-llama", outcome="length") >= 5
+    assert total("shardgate_requests_total", outcome="client_gone") >= 1
+    assert total("shardgate_rejections_total", reason="rate_requests") >= 1
+    assert total("shardgate_rejections_total", reason="rate_tokens") >= 1
+    assert total("shardgate_rejections_total", reason="queue_timeout") >= 1
+    assert total("shardgate_preemptions_total", model="sim-llama", **{"class": "0"}) >= 1
+    assert total("shardgate_completion_tokens_total", tenant="lo", model="sim-llama") >= 400
+    assert total("shardgate_time_to_first_token_seconds_count", model="sim-llama") >= 5
+    assert total("shardgate_inter_token_latency_seconds_count", model="sim-llama") >= 400
+    assert total("shardgate_queue_wait_seconds_count", model="sim-llama") >= 5
+    assert samples["shardgate_link_heartbeat_age_seconds"]
+
+    # Every metric the Grafana dashboard queries exists on this live gateway, except the
+    # sidecar's own (vllm:*, shardgate_sidecar_*) and series that need a priced model.
+    dashboard = json.loads((ROOT / "deploy/grafana/shardgate.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    wanted = {n for e in exprs for n in metric_names(e)}
+    wanted = {
+        n
+        for n in wanted
+        if not n.startswith(("vllm:", "shardgate_sidecar_"))
+        and n not in ("shardgate_cost_usd_total", "shardgate_tenant_budget_usd")
+        and not n.startswith("shardgate_buffer_pool_")
+    }
+    live = {name for name in samples} | {
+        name.removesuffix(suffix)
+        for name in samples
+        for suffix in ("_bucket", "_count", "_sum", "_total")
+    }
+    assert wanted - live == set()

@@ -18,9 +18,9 @@ from gateway.types import (
     Delta,
     Finish,
     GatewayError,
+    GatewayTimeout,
     GenerationRequest,
     InvalidRequest,
-    Unavailable,
     Usage,
 )
 
@@ -87,21 +87,33 @@ class OpenAIServing:
             req.priority = parse_priority(asked)
         req.session_id = headers.get("x-session-id", "")[:128]
         gen = self._service.submit(req, bearer_key(headers.get("Authorization")))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.request_timeout_s
+        timed_out = False
         try:
-            async with asyncio.timeout(self._settings.request_timeout_s):
-                try:
-                    async with asyncio.timeout(self._settings.first_token_timeout_s):
-                        batch = await gen.take()
-                except TimeoutError:
-                    raise Unavailable("Timed out waiting for the engine to start.") from None
-                out_headers = dict(gen.headers)
-                if gen.replica:
-                    out_headers["x-shardgate-replica"] = gen.replica
-                if req.stream:
-                    return await self._stream(request, gen, kind, batch, out_headers)
-                return await self._unary(gen, kind, batch, out_headers)
+            try:
+                first = min(deadline, loop.time() + self._settings.first_token_timeout_s)
+                async with asyncio.timeout_at(first):
+                    batch = await gen.take()
+            except TimeoutError:
+                timed_out = True
+                raise GatewayTimeout("Timed out waiting for the engine to start.") from None
+            out_headers = dict(gen.headers)
+            if gen.replica:
+                out_headers["x-shardgate-replica"] = gen.replica
+            if req.stream:
+                resp, timed_out = await self._stream(
+                    request, gen, kind, batch, out_headers, deadline
+                )
+                return resp
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await self._unary(gen, kind, batch, out_headers)
+            except TimeoutError:
+                timed_out = True
+                raise GatewayTimeout("The request ran past its deadline.") from None
         finally:
-            gen.close()
+            gen.close(timed_out)
 
     async def _unary(
         self, gen: Job, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
@@ -127,7 +139,9 @@ class OpenAIServing:
         kind: encode.ChunkKind,
         batch: list[Delta],
         headers: dict[str, str],
-    ) -> web.StreamResponse:
+        deadline: float,
+    ) -> tuple[web.StreamResponse, bool]:
+        """Streams the generation; returns the response and whether its deadline passed."""
         req = gen.request
         resp = web.StreamResponse(headers={**SSE_HEADERS, **headers})
         await resp.prepare(request)
@@ -135,30 +149,44 @@ class OpenAIServing:
         buf = bytearray(enc.role_chunk())
         tally = Tally()
         try:
-            while batch:
-                for d in batch:
-                    if d.token_ids or d.text:
-                        enc.token_chunk_into(buf, d.text)
-                    elif d.finish is Finish.NONE and not d.prompt_tokens:
-                        buf += KEEPALIVE  # waiting in a queue: keep the connection alive
-                    tally.add(d)
-                if buf:
-                    await resp.write(bytes(buf))
-                    buf.clear()
-                batch = await gen.take()
-        except GatewayError as e:
+            async with asyncio.timeout_at(deadline):
+                await self._relay(resp, gen, enc, batch, buf, tally)
+        except (GatewayError, TimeoutError) as e:
+            err = e if isinstance(e, GatewayError) else GatewayTimeout("Deadline passed.")
             # The stream already started: the error travels as an SSE event, with the usage
             # so far when the client asked for usage.
-            buf += enc.error_event(e.message, e.type, e.status)
+            buf += enc.error_event(err.message, err.type, err.status)
             if req.include_usage:
                 enc.usage_chunk_into(buf, tally.usage())
             buf += encode.DONE
             await resp.write(bytes(buf))
-            return resp
+            return resp, isinstance(e, TimeoutError)
         enc.finish_chunk_into(buf, tally.reason)
         if req.include_usage:
             enc.usage_chunk_into(buf, tally.usage())
         buf += encode.DONE
         await resp.write(bytes(buf))
         await resp.write_eof()
-        return resp
+        return resp, False
+
+    @staticmethod
+    async def _relay(
+        resp: web.StreamResponse,
+        gen: Job,
+        enc: encode.ChunkEncoder,
+        batch: list[Delta],
+        buf: bytearray,
+        tally: Tally,
+    ) -> None:
+        """Write the generation's chunks as they come (the hot loop)."""
+        while batch:
+            for d in batch:
+                if d.token_ids or d.text:
+                    enc.token_chunk_into(buf, d.text)
+                elif d.finish is Finish.NONE and not d.prompt_tokens:
+                    buf += KEEPALIVE  # waiting in a queue: keep the connection alive
+                tally.add(d)
+            if buf:
+                await resp.write(bytes(buf))
+                buf.clear()
+            batch = await gen.take()
