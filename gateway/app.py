@@ -46,10 +46,9 @@ class Gateway:
             models=config.pricing.models,
         )
         self.reporter = RequestReporter(self.metrics, s.request_log)
-        self.fleet = Fleet(config.sidecars, s.link)
-        self.supervisor = Supervisor(
-            self.fleet, max_retries=s.max_retries, max_migrations=s.max_migrations
-        )
+        self.fleet = Fleet(config.sidecars, s.link, config.health)
+        self.supervisor = Supervisor(self.fleet, config.routing, config.retry, config.health)
+        self.supervisor.on_ejected = self.metrics.ejected
         self.scheduler = Scheduler(
             self.fleet,
             self.supervisor,
@@ -67,6 +66,7 @@ class Gateway:
             self.metrics,
         )
         self.scheduler.on_queue_wait = self.reporter.queue_wait
+        self.fleet.on_change = self.scheduler.capacity_changed
         self.metrics.register_heartbeat_age(self.fleet.heartbeat_ages)
         self.metrics.set_config(1, config_hash(config))
         self.http_api = HttpApi(self.fleet, self.service, self.metrics, s)

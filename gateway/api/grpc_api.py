@@ -131,8 +131,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                 timed_out = True
                 raise GatewayTimeout("Timed out waiting for the engine to start.") from None
             initial = [("x-request-id", req.request_id), *gen.headers]
-            if gen.replica:
-                initial.append(("x-shardgate-replica", gen.replica))
+            if gen.first_replica:
+                initial.append(("x-shardgate-replica", gen.first_replica))
             await context.send_initial_metadata(tuple(initial))
             async with asyncio.timeout_at(deadline):
                 while batch:

@@ -1,7 +1,8 @@
-"""Load a config file: YAML -> typed Config, with errors that name the file and the field."""
+"""Load a config file: YAML -> typed Config, with errors that name the file, field and line."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,10 @@ import msgspec
 import yaml
 
 from gateway.config.schema import Config
+
+_PATH = re.compile(r"at `\$((?:\.[^.\[`]+|\[\d+\])*)`")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 
 
 class ConfigError(ValueError):
@@ -34,4 +39,38 @@ def parse(text: str, origin: str = "<config>") -> Config:
     try:
         return msgspec.convert(data, Config)
     except msgspec.ValidationError as e:
-        raise ConfigError(f"{origin}: {e}") from None
+        line = locate(text, str(e))
+        where = f"{origin}:{line}" if line else origin
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def locate(text: str, message: str) -> int | None:
+    """The 1-based line of the field a validation message names (`... at `$.a.b[0]``)."""
+    m = _PATH.search(message)
+    steps = _STEP.findall(m.group(1)) if m else []
+    unknown = _UNKNOWN.search(message)
+    if unknown:
+        steps.append((unknown.group(1), ""))
+    if not steps:
+        return None
+    try:
+        node: Any = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for key, index in steps:
+        if isinstance(node, yaml.MappingNode) and key:
+            found = [(k, v) for k, v in node.value if getattr(k, "value", None) == key]
+            if not found:
+                break
+            k, node = found[0]
+            line = k.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and index:
+            i = int(index)
+            if i >= len(node.value):
+                break
+            node = node.value[i]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import msgspec
 
 from gateway.config.pricing import Pricing
+from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
 from gateway.config.tenants import RateLimits, SchedulingConfig, TenantConfig, check_tenancy
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
@@ -44,9 +45,6 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     max_pending_deltas: Annotated[int, msgspec.Meta(gt=0)] = 1024
     # SSE comments sent to streaming clients while their request waits in a queue.
     keepalive_s: Seconds = 5.0
-    # Failover: attempts on other replicas before the first token, moves after it.
-    max_retries: Annotated[int, msgspec.Meta(ge=0)] = 2
-    max_migrations: Annotated[int, msgspec.Meta(ge=0)] = 3
     # One JSON log line per finished request.
     request_log: bool = True
     # Logs as JSON lines (false: plain text).
@@ -81,6 +79,10 @@ class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model_capacity: dict[str, Annotated[int, msgspec.Meta(gt=0)]] = {}
     # Prices per 1k tokens (cost metrics) and tenants' monthly budgets (cost alerts).
     pricing: Pricing = Pricing()
+    # Filters -> weighted scorers -> picker; heartbeats and outlier ejection; retry budget.
+    routing: RoutingSettings = RoutingSettings()
+    health: HealthSettings = HealthSettings()
+    retry: RetrySettings = RetrySettings()
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sidecars]

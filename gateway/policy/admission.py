@@ -9,7 +9,7 @@ pair of buckets per model shared by every tenant.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -153,6 +153,17 @@ class Admission:
         self._pool_limits = dict(model_limits or {})
         self._accounts: dict[tuple[str, str], _Account] = {}
         self._pools: dict[str, _Pool] = {}
+
+    def carry_over(self, old: Admission, unchanged_tenants: Iterable[str]) -> None:
+        """After a config reload: keep the live bucket levels and in-flight counts of the
+        tenants whose config did not change, and of model pools whose limits did not."""
+        keep = set(unchanged_tenants)
+        for key, acc in old._accounts.items():
+            if key[0] in keep:
+                self._accounts[key] = acc
+        for model, pool in old._pools.items():
+            if self._pool_limits.get(model) == old._pool_limits.get(model):
+                self._pools[model] = pool
 
     def _account(self, tenant: Tenant, model: str, now: float) -> _Account:
         key = (tenant.name, model)

@@ -164,11 +164,20 @@ class PriorityQueue(Generic[P]):
         self._shed: list[tuple[int, float, int, int, Waiter[P]]] = []
         self._deadlines: list[tuple[float, int, int, Waiter[P]]] = []
         retry = self._config.retry_after_s
-        self.evicted: Final = Overflow(SATURATED_STATUS, "evicted by higher-priority work", retry)
-        self.timed_out: Final = Overflow(SATURATED_STATUS, "waited too long in the queue", retry)
+        self.evicted = Overflow(SATURATED_STATUS, "evicted by higher-priority work", retry)
+        self.timed_out = Overflow(SATURATED_STATUS, "waited too long in the queue", retry)
 
     def __len__(self) -> int:
         return self._live
+
+    def reconfigure(self, config: SchedulingConfig) -> None:
+        """New bounds for new waiters (a config reload); waiters already queued stay."""
+        self._config = config
+        for priority, c in self._classes.items():
+            c.bounds = config.bounds(priority)
+        retry = config.retry_after_s
+        self.evicted = Overflow(SATURATED_STATUS, "evicted by higher-priority work", retry)
+        self.timed_out = Overflow(SATURATED_STATUS, "waited too long in the queue", retry)
 
     def depth(self, priority: int) -> int:
         c = self._classes.get(priority)

@@ -1,41 +1,184 @@
-"""The set of engine links and what they announced: models, groups, load."""
+"""The sidecars, their health, and the replicas assembled from what they announce.
+
+Each link reports connect, heartbeat (load report) and loss. Heartbeats feed a monitor per
+sidecar (UP, SUSPECT after missed intervals, DOWN); on any change of who is up, the replicas are
+assembled again from the announcements (a shard group is one replica, routable only while every
+rank is alive), and a replica that broke has its in-flight requests evacuated: they migrate.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from gateway.config.routing import HealthSettings
 from gateway.config.schema import LinkSettings, SidecarEndpoint
 from gateway.observability.labels import ReplicaState
+from gateway.policy.health import Health, HeartbeatMonitor, heartbeat_interval_s
+from gateway.policy.routing.replicas import Assembly, assemble, broken_since
+from gateway.policy.routing.snapshot import EndpointSnapshot, Replica
+from gateway.types import Unavailable
 from gateway.upstream.link import EngineLink
+
+log = logging.getLogger(__name__)
+
+_TICK_S = 0.1
 
 
 class Fleet:
-    def __init__(self, endpoints: Iterable[SidecarEndpoint], settings: LinkSettings) -> None:
-        self.links = [EngineLink(e.name, e.address, settings) for e in endpoints]
+    def __init__(
+        self,
+        endpoints: Iterable[SidecarEndpoint],
+        settings: LinkSettings,
+        health: HealthSettings | None = None,
+    ) -> None:
+        self.health = health or HealthSettings()
+        self.links: list[EngineLink] = []
+        self.by_name: dict[str, EngineLink] = {}
+        self.draining: list[EngineLink] = []
+        self.monitors: dict[str, HeartbeatMonitor] = {}
+        self.assembly: Assembly = assemble(())
+        self.seen_models: set[str] = set()
+        self.on_change: Callable[[], None] | None = None  # capacity may have changed
+        self._states: dict[str, Health] = {}
+        self._last_len: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._drains: set[asyncio.Task[None]] = set()
+        for e in endpoints:
+            self._add(EngineLink(e.name, e.address, settings))
 
+    def _add(self, link: EngineLink) -> None:
+        link.listener = self
+        self.links.append(link)
+        self.by_name[link.name] = link
+
+    # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         for link in self.links:
             link.start()
+        self._task = asyncio.create_task(self._tick(), name="fleet")
 
     async def close(self) -> None:
-        await asyncio.gather(*(link.close() for link in self.links))
+        tasks = [t for t in (self._task, *self._drains) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        await asyncio.gather(*(link.close() for link in (*self.links, *self.draining)))
 
     async def wait_connected(self, timeout_s: float) -> bool:
         done = await asyncio.gather(*(link.wait_connected(timeout_s) for link in self.links))
         return all(done)
 
+    # -- what the links tell -----------------------------------------------------------------
+    def link_up(self, link: EngineLink) -> None:
+        assert link.info is not None
+        interval = heartbeat_interval_s(self.health, link.info.heartbeat_interval_s)
+        monitor = self.monitors.get(link.name)
+        if monitor is None:
+            monitor = self.monitors[link.name] = HeartbeatMonitor(self.health, interval)
+        else:
+            monitor.configure(self.health, interval)
+        monitor.beat(time.monotonic())
+        self.refresh()
+
+    def link_beat(self, link: EngineLink) -> None:
+        monitor = self.monitors.get(link.name)
+        if monitor is not None:
+            monitor.beat(time.monotonic())
+            if self._states.get(link.name) is not Health.UP:
+                self.refresh()
+
+    def link_down(self, link: EngineLink) -> None:
+        monitor = self.monitors.get(link.name)
+        if monitor is not None:
+            monitor.lost()
+        self.refresh()
+
+    # -- assembly ----------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Assemble the replicas again; evacuate the requests of replicas that broke."""
+        now = time.monotonic()
+        snapshots = []
+        states = {}
+        for link in self.links:
+            monitor = self.monitors.get(link.name)
+            health = Health.DOWN
+            if link.connected and monitor is not None:
+                health = monitor.state(now)
+            states[link.name] = health
+            snapshots.append(
+                EndpointSnapshot(
+                    link.name, link.address, link.info, link.load, health, link.inflight
+                )
+            )
+        old, self.assembly = self.assembly, assemble(snapshots)
+        self._states = states
+        self.seen_models.update(self.assembly.pools)
+        for replica in broken_since(old, self.assembly):
+            head = self.by_name.get(replica.head)
+            if head is not None and head.streams:
+                log.warning("replica %s broke: moving %d requests", replica.name, head.inflight)
+                self.evacuate(head, f"replica {replica.name} lost a rank or its heartbeat")
+        if self.on_change is not None:
+            self.on_change()
+
+    @staticmethod
+    def evacuate(link: EngineLink, why: str) -> None:
+        """Stop every request on the link; each one's owner resumes it elsewhere."""
+        for key, target in list(link.streams.items()):
+            link.abort(key)
+            target.fail(Unavailable(why))
+
+    async def _tick(self) -> None:
+        """Missed heartbeats turn sidecars SUSPECT, then DOWN, with no event to say so."""
+        while True:
+            await asyncio.sleep(_TICK_S)
+            now = time.monotonic()
+            for link in self.links:
+                monitor = self.monitors.get(link.name)
+                if monitor is None or not link.connected:
+                    continue
+                if monitor.state(now) is not self._states.get(link.name):
+                    self.refresh()
+                    break
+
+    # -- what routing and the scheduler read ---------------------------------------------------
+    def pool(self, model: str) -> tuple[Replica, ...]:
+        """The replicas serving `model`, their live figures refreshed from the links."""
+        replicas = self.assembly.pool(model)
+        for r in replicas:
+            head = self.by_name.get(r.head)
+            if head is None:
+                continue
+            r.inflight = head.inflight
+            load = head.load
+            if load is not None:
+                r.running, r.waiting, r.kv_usage = load.running, load.waiting, load.kv_usage
+        return replicas
+
+    def capacity(self, model: str) -> int:
+        """Slots of the routable replicas serving `model`."""
+        return sum(r.max_num_seqs for r in self.assembly.pool(model) if r.routable)
+
+    def knows(self, model: str) -> bool:
+        return model in self.seen_models
+
     def models(self) -> dict[str, tuple[int, int]]:
         """Every model announced so far -> (max_model_len, routable replicas)."""
-        out: dict[str, tuple[int, int]] = {}
-        for link in self.links:
-            if link.info is None or link.info.rank != 0:
-                continue
-            up = 1 if link.routable else 0
-            for name, max_len in link.info.models.items():
-                prev = out.get(name, (max_len, 0))
-                out[name] = (max(prev[0], max_len), prev[1] + up)
+        out: dict[str, tuple[int, int]] = {m: (0, 0) for m in self.seen_models}
+        for model, replicas in self.assembly.pools.items():
+            max_len = max((r.models.get(model, 0) for r in replicas), default=0)
+            out[model] = (max_len, sum(1 for r in replicas if r.routable))
+        for model, (max_len, n) in list(out.items()):
+            if not max_len:
+                out[model] = (self._last_len.get(model, 0), n)
+            else:
+                self._last_len[model] = max_len
         return out
 
     def heartbeat_ages(self) -> dict[str, float]:
@@ -47,21 +190,14 @@ class Fleet:
 
     def replica_states(self) -> dict[str, ReplicaState]:
         """Each sidecar's state as the metrics show it."""
-        return {
-            link.address: ReplicaState.UP if link.routable else ReplicaState.DOWN
-            for link in self.links
-        }
-
-    def knows(self, model: str) -> bool:
-        return any(link.serves(model) for link in self.links)
-
-    def candidates(self, model: str) -> list[EngineLink]:
-        """Links that can take a request for `model` now: rank 0, connected, engine ready."""
-        return [
-            link
-            for link in self.links
-            if link.routable
-            and link.info is not None
-            and link.info.rank == 0
-            and model in link.info.models
-        ]
+        out = {}
+        for link in self.links:
+            health = self._states.get(link.name, Health.DOWN)
+            out[link.address] = (
+                ReplicaState.DOWN
+                if health is Health.DOWN
+                else ReplicaState.SUSPECT
+                if health is Health.SUSPECT
+                else ReplicaState.UP
+            )
+        return out

@@ -18,6 +18,8 @@ from gateway.types import Delta, Finish, GatewayError, GenerationRequest
 if TYPE_CHECKING:
     from gateway.policy.admission import Admitted
     from gateway.policy.priority_queue import Waiter
+    from gateway.policy.retry import Attempts
+    from gateway.policy.routing.snapshot import RequestFeatures
     from gateway.upstream.link import EngineLink
 
 
@@ -37,7 +39,9 @@ class Owner(Protocol):
 class Job:
     __slots__ = (
         "arrival",
+        "attempts",
         "cached_tokens",
+        "features",
         "finish",
         "first_replica",
         "first_token_at",
@@ -53,13 +57,13 @@ class Job:
         "preemptions",
         "priority",
         "prompt_tokens",
+        "replica",
         "request",
         "retries",
         "started_at",
         "state",
         "tenant",
         "ticket",
-        "tried",
         "waiter",
     )
 
@@ -84,8 +88,10 @@ class Job:
         self.state = State.QUEUED
         self.link: EngineLink | None = None
         self.key = 0
-        self.first_replica = ""
-        self.tried: list[str] = []
+        self.first_replica = ""  # the address of the replica that first took it
+        self.replica = ""  # the name of the replica running it now
+        self.features: RequestFeatures | None = None  # for routing, computed once
+        self.attempts: Attempts | None = None
         self.retries = 0
         self.migrations = 0
         self.preemptions = 0
@@ -135,10 +141,6 @@ class Job:
             self.owner.failed(self, error)
 
     # -- for the API edges ---------------------------------------------------------------
-    @property
-    def replica(self) -> str:
-        return self.first_replica
-
     async def take(self) -> list[Delta]:
         return await self.out.take()
 

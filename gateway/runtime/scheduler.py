@@ -69,14 +69,17 @@ class Scheduler:
         self.on_queue_wait: Callable[[Job, float], None] | None = None
         self._task: asyncio.Task[None] | None = None
 
+    def reconfigure(self, scheduling: SchedulingConfig, capacity_caps: Mapping[str, int]) -> None:
+        """A config reload: new bounds and caps for new requests; queues keep their waiters."""
+        self._scheduling = scheduling
+        self._caps = dict(capacity_caps)
+        self._preemption = Preemption(scheduling)
+        for pool in self.pools.values():
+            pool.queue.reconfigure(scheduling)
+
     # -- capacity ----------------------------------------------------------------------------
     def capacity(self, model: str) -> int:
-        slots = 0
-        for link in self._fleet.candidates(model):
-            load, info = link.load, link.info
-            slots += (load.max_num_seqs if load and load.max_num_seqs else 0) or (
-                info.max_num_seqs if info else 0
-            )
+        slots = self._fleet.capacity(model)
         cap = self._caps.get(model)
         return slots if cap is None else min(cap, slots)
 
@@ -165,6 +168,7 @@ class Scheduler:
 
     # -- a job's outcomes (the Owner protocol) -----------------------------------------------
     def finished(self, job: Job) -> None:
+        self._supervisor.succeeded(job)
         pool = self._pool(job.request.model)
         pool.running.discard(job)
         self._done(job)
@@ -202,6 +206,13 @@ class Scheduler:
         job.state = State.DONE
         if self._on_done is not None:
             self._on_done(job)
+
+    def capacity_changed(self) -> None:
+        """Replicas came or went: start what the new capacity allows."""
+        now = self._clock()
+        for pool in list(self.pools.values()):
+            if pool.queue:
+                self._dispatch(pool, now)
 
     # -- the ticker: waits that expire, keep-alives, capacity that grew -------------------------
     def start(self) -> None:

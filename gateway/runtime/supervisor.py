@@ -2,19 +2,24 @@
 
 Both are the same move: submit the request again on another replica with the token ids
 generated so far (empty for a retry), so the client's stream continues with no error, no
-repeated and no missing token.
+repeated and no missing token. The router (filters, weighted scorers, a picker) chooses; a
+retry budget and a per-request migration limit bound the moves; failures feed passive outlier
+ejection.
 """
 
 from __future__ import annotations
 
 import logging
-import random
+import time
+from collections.abc import Callable
 
-from gateway.policy.routing import Candidate, least_loaded
+from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
+from gateway.policy.ejection import OutlierDetector
+from gateway.policy.retry import RetryPolicy
+from gateway.policy.routing.router import Router
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job, State
 from gateway.types import GatewayError, Unavailable, UpstreamError
-from gateway.upstream.link import EngineLink
 
 log = logging.getLogger(__name__)
 
@@ -25,61 +30,83 @@ class Supervisor:
     def __init__(
         self,
         fleet: Fleet,
-        *,
-        max_retries: int = 2,
-        max_migrations: int = 3,
-        seed: int | None = None,
+        routing: RoutingSettings | None = None,
+        retry: RetrySettings | None = None,
+        health: HealthSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fleet = fleet
-        self.max_retries = max_retries
-        self.max_migrations = max_migrations
-        self._rng = random.Random(seed)
+        self._clock = clock
+        health = health or HealthSettings()
+        self.outliers = OutlierDetector(health.ejection)
+        self.router = Router(routing or RoutingSettings(), self.outliers)
+        self.retry = RetryPolicy(retry or RetrySettings(), clock())
+        self.on_ejected: Callable[[str], None] | None = None
         self.migrations = 0
         self.retries = 0
 
+    def reconfigure(
+        self, routing: RoutingSettings, retry: RetrySettings, health: HealthSettings
+    ) -> None:
+        """A config reload: build first (ValueError names a bad field), then swap."""
+        router = Router(routing, self.outliers)
+        router.carry_over(self.router)
+        self.outliers.settings = health.ejection
+        self.retry = RetryPolicy(retry, self._clock())
+        self.router = router
+
     # -- placement -----------------------------------------------------------------------
     def place(self, job: Job, avoid_tried: bool = False) -> bool:
-        """Submit the job (resuming after its generated tokens) on a replica; after a failure,
-        one it has not tried."""
-        links = self._fleet.candidates(job.request.model)
-        if avoid_tried and job.tried:
-            links = [link for link in links if link.address not in job.tried]
-        if not links:
+        """Submit the job (resuming after its generated tokens) on the replica the router
+        picks; after a failure, one it has not tried."""
+        now = self._clock()
+        pool = self._fleet.pool(job.request.model)
+        if not pool:
             return False
-        link = links[0] if len(links) == 1 else links[self._pick(links)]
+        if job.features is None:
+            job.features = self.router.features(job.request)
+            job.attempts = self.retry.start(now)
+        exclude = job.attempts.tried if avoid_tried and job.attempts is not None else ()
+        replica = self.router.profile.route(job.features, pool, now, exclude)
+        if replica is None:
+            return False
+        link = self._fleet.by_name.get(replica.head)
+        if link is None:
+            return False
         try:
             job.key = link.submit(job.request, job, job.generated)
         except Unavailable:
             return False
         job.link = link
+        job.replica = replica.name
         job.state = State.RUNNING
-        job.tried.append(link.address)
+        if job.attempts is not None:
+            job.attempts.record(replica.name)
         if not job.first_replica:
-            job.first_replica = link.address
+            job.first_replica = replica.address
         return True
 
-    def _pick(self, links: list[EngineLink]) -> int:
-        cands = []
-        for link in links:
-            load = link.load
-            assert load is not None and link.info is not None
-            cands.append(
-                Candidate(
-                    link.name,
-                    link.inflight,
-                    load.running,
-                    load.waiting,
-                    load.max_num_seqs or link.info.max_num_seqs,
-                )
-            )
-        return least_loaded(cands, self._rng)
+    # -- outcomes ----------------------------------------------------------------------------
+    def succeeded(self, job: Job) -> None:
+        if job.replica:
+            self.outliers.success(job.replica, self._clock())
 
     def recover(self, job: Job, error: GatewayError) -> bool:
         """Try to keep a failed job alive elsewhere; False when it has to end."""
         if not isinstance(error, RETRIABLE):
             return False
+        now = self._clock()
+        if job.replica:
+            pool = self._fleet.assembly.pool_names.get(job.request.model, frozenset())
+            if self.outliers.failure(job.replica, now, pool) is not None:
+                log.warning("replica %s ejected after consecutive failures", job.replica)
+                if self.on_ejected is not None:
+                    self.on_ejected(job.replica)
+        attempts = job.attempts
+        if attempts is None:
+            return False
         if job.generated:
-            if job.migrations >= self.max_migrations:
+            if not self.retry.may_migrate(attempts):
                 return False
             job.migrations += 1
             self.migrations += 1
@@ -89,10 +116,10 @@ class Supervisor:
                 job.request.request_id,
                 error.message,
                 len(job.generated),
-                f"migrated to {job.link.address}" if moved and job.link else "no replica left",
+                f"migrated to {job.replica}" if moved else "no replica left",
             )
             return moved
-        if job.retries >= self.max_retries:
+        if not self.retry.may_retry(attempts, False, now):
             return False
         job.retries += 1
         self.retries += 1

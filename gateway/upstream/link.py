@@ -21,6 +21,7 @@ from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
 
 from gateway.config.schema import LinkSettings
+from gateway.policy.health import reconnect_delay_s
 from gateway.types import Delta, Finish, GatewayError, GenerationRequest, Unavailable
 from gateway.upstream import convert
 
@@ -42,6 +43,17 @@ class DeltaTarget(Protocol):
     def fail(self, error: GatewayError) -> None: ...
 
 
+class LinkListener(Protocol):
+    """Told when the link comes up, hears a heartbeat, and goes down (before its requests fail,
+    so that they can be resumed elsewhere)."""
+
+    def link_up(self, link: EngineLink) -> None: ...
+
+    def link_beat(self, link: EngineLink) -> None: ...
+
+    def link_down(self, link: EngineLink) -> None: ...
+
+
 class EngineLink:
     def __init__(self, name: str, address: str, settings: LinkSettings) -> None:
         self.name = name
@@ -51,6 +63,7 @@ class EngineLink:
         self.load: convert.Load | None = None
         self.last_heartbeat = 0.0  # time.monotonic() of the last load report
         self.connected = False
+        self.listener: LinkListener | None = None
         self.streams: dict[int, DeltaTarget] = {}
         self._keys = itertools.count(1)
         self._submits: list[pb.SubmitRequest] = []
@@ -111,26 +124,31 @@ class EngineLink:
             self._task = None
 
     async def _run(self) -> None:
-        s = self.settings
-        backoff = s.reconnect_min_s
+        rng = random.Random()
+        attempt = 0
         while True:
+            s = self.settings
             try:
                 await self._session()
-                backoff = s.reconnect_min_s
             except asyncio.CancelledError:
                 self._lost("gateway is shutting down")
                 raise
             except Exception as e:
                 log.warning("link %s (%s): %s", self.name, self.address, e or type(e).__name__)
+            attempt = 0 if self.connected else attempt + 1
             self._lost(f"lost the link to sidecar {self.name}")
-            await asyncio.sleep(backoff * random.uniform(0.5, 1.5))
-            backoff = min(s.reconnect_max_s, backoff * 2)
+            delay = reconnect_delay_s(
+                attempt, rng, base_s=s.reconnect_min_s, cap_s=s.reconnect_max_s
+            )
+            await asyncio.sleep(delay)
 
     def _lost(self, why: str) -> None:
         was = self.connected
         self.connected = False
         self._submits.clear()
         self._aborts.clear()
+        if was and self.listener is not None:
+            self.listener.link_down(self)
         streams, self.streams = self.streams, {}
         for stream in streams.values():
             stream.fail(Unavailable(why))
@@ -152,6 +170,8 @@ class EngineLink:
             self.connected = True
             self._connected_once.set()
             log.info("link %s up: %s", self.name, self.info.sidecar_id)
+            if self.listener is not None:
+                self.listener.link_up(self)
             writer = asyncio.create_task(self._write(call))
             try:
                 await self._read(call)
@@ -214,3 +234,5 @@ class EngineLink:
                 if msg.HasField("load"):
                     self.load = convert.load(msg.load)
                     self.last_heartbeat = time.monotonic()
+                    if self.listener is not None:
+                        self.listener.link_beat(self)

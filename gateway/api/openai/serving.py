@@ -99,8 +99,8 @@ class OpenAIServing:
                 timed_out = True
                 raise GatewayTimeout("Timed out waiting for the engine to start.") from None
             out_headers = dict(gen.headers)
-            if gen.replica:
-                out_headers["x-shardgate-replica"] = gen.replica
+            if gen.first_replica:
+                out_headers["x-shardgate-replica"] = gen.first_replica
             if req.stream:
                 resp, timed_out = await self._stream(
                     request, gen, kind, batch, out_headers, deadline

@@ -124,11 +124,8 @@ class Profile:
 
     def scores(self, req: RequestFeatures, cands: Sequence[Replica], now: float) -> list[float]:
         """The weighted total per candidate (what the picker sees)."""
-        if not self.scorers:
-            return [0.0] * len(cands)
-        (first, weight), *others = self.scorers
-        totals = [weight * v for v in first.score(req, cands, now)]
-        for scorer, weight in others:
+        totals = [0.0] * len(cands)
+        for scorer, weight in self.scorers:
             for i, v in enumerate(scorer.score(req, cands, now)):
                 totals[i] += weight * v
         return totals

@@ -27,9 +27,25 @@ class Router:
     ) -> None:
         env = PluginEnv(rng or random.Random(settings.seed), outliers)
         self.profile: Profile = build_profile(settings.profile, env)
-        uses_prefix = any(isinstance(s, Prefix) for s, _ in self.profile.scorers)
+        uses_prefix = _prefix_scorer(self.profile) is not None
         p = settings.prefix
         self.hasher = PrefixHasher(p.block_chars, p.max_blocks) if uses_prefix else None
+
+    def carry_over(self, previous: Router) -> None:
+        """After a config reload: keep what the previous router's prefix scorer learned, when
+        the prefix hashing is unchanged (otherwise the old hashes would never match)."""
+        old, new = _prefix_scorer(previous.profile), _prefix_scorer(self.profile)
+        if old is None or new is None or previous.hasher is None or self.hasher is None:
+            return
+        if (previous.hasher.block_chars, previous.hasher.max_blocks) != (
+            self.hasher.block_chars,
+            self.hasher.max_blocks,
+        ):
+            return
+        for index in old.indexes.values():
+            index.capacity = new.params.index_capacity
+            index.owners = new.params.owners_per_block
+        new.indexes = old.indexes
 
     def features(self, req: GenerationRequest) -> RequestFeatures:
         """Once per request (retries and migrations reuse it). Hashes the prompt only when the
@@ -42,3 +58,7 @@ class Router:
             else:
                 hashes = h.prompt(req.model, req.lora, req.prompt or "")
         return RequestFeatures(req.model, req.lora, hashes, req.session_id)
+
+
+def _prefix_scorer(profile: Profile) -> Prefix | None:
+    return next((s for s, _ in profile.scorers if isinstance(s, Prefix)), None)

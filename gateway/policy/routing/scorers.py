@@ -31,14 +31,16 @@ Share = Annotated[float, msgspec.Meta(ge=0)]
 
 def load_bound(replicas: Sequence[Replica], epsilon: float, slack: float) -> float:
     """Requests one slot may hold, this request included, under the bound."""
-    requests = sum(r.requests for r in replicas)
-    slots = sum(max(1, r.max_num_seqs) for r in replicas)
-    return (1.0 + epsilon) * (requests + 1) / max(1, slots) + slack
+    requests = slots = 0
+    for r in replicas:
+        requests += r.requests
+        slots += r.max_num_seqs or 1
+    return (1.0 + epsilon) * (requests + 1) / (slots or 1) + slack
 
 
 def within(r: Replica, bound: float) -> bool:
     # The tolerance keeps float error (2.0000000000000004) from granting a request more.
-    return r.requests + 1 <= math.ceil(bound * max(1, r.max_num_seqs) - 1e-9)
+    return r.requests + 1 <= math.ceil(bound * (r.max_num_seqs or 1) - 1e-9)
 
 
 class BoundParams(Params, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -94,12 +94,14 @@ class Replica:
     @property
     def requests(self) -> int:
         """Requests on it: running (ours may be newer than the report) plus queued."""
-        return max(self.inflight, self.running) + self.waiting
+        i, r = self.inflight, self.running
+        return (i if i > r else r) + self.waiting
 
     @property
     def occupancy(self) -> float:
         """Requests over slots; above 1.0 means requests queue in the engine."""
-        return (max(self.inflight, self.running) + self.waiting) / max(1, self.max_num_seqs)
+        i, r = self.inflight, self.running
+        return ((i if i > r else r) + self.waiting) / (self.max_num_seqs or 1)
 
 
 @dataclass(frozen=True, slots=True)

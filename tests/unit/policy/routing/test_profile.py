@@ -151,3 +151,19 @@ def test_router_features() -> None:
 
 def test_specs_are_plain_config() -> None:
     assert PluginSpec(type="serves").params == {}
+
+
+def test_router_carry_over_keeps_the_prefix_index() -> None:
+    old = Router(RoutingSettings(), None, random.Random(0))
+    pool = [rep("a"), rep("b")]
+    f = req(hashes=(1, 2))
+    first = old.profile.route(f, pool, 0.0)
+    new = Router(RoutingSettings(seed=3), None, random.Random(0))
+    new.carry_over(old)
+    assert new.profile.route(f, pool, 0.0) is first
+    other_hashing = Router(
+        msgspec.convert({"prefix": {"block_chars": 8}}, RoutingSettings), None, random.Random(0)
+    )
+    other_hashing.carry_over(old)
+    prefix = other_hashing.profile.scorers[1][0]
+    assert isinstance(prefix, Prefix) and prefix.indexes == {}
