@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+from pathlib import Path
 
 import grpc
 import msgspec
@@ -14,10 +16,12 @@ from shardgate.v1 import gateway_pb2_grpc
 
 from gateway.api import grpc_api
 from gateway.api.http import HttpApi
+from gateway.config.reload import Reloader
 from gateway.config.schema import Config
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.policy.admission import Admission
+from gateway.policy.routing.router import Router
 from gateway.policy.tenants import Tenants
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
@@ -28,6 +32,11 @@ from gateway.runtime.supervisor import Supervisor
 log = logging.getLogger(__name__)
 
 
+def validate_static(config: Config) -> None:
+    """Checks beyond the schema that need components built (routing plugins' parameters)."""
+    Router(config.routing, None)
+
+
 def config_hash(config: Config) -> str:
     return hashlib.sha256(msgspec.json.encode(config)).hexdigest()[:16]
 
@@ -36,10 +45,15 @@ class Gateway:
     """A running gateway. Ports of None take the config's; 0 picks a free port."""
 
     def __init__(
-        self, config: Config, http_port: int | None = None, grpc_port: int | None = None
+        self,
+        config: Config,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        config_path: str | Path | None = None,
     ) -> None:
         s = config.gateway
         self.config = config
+        self.draining = False
         self.metrics = GatewayMetrics(
             config.pricing,
             tenants=[t.name for t in config.tenants],
@@ -65,11 +79,22 @@ class Gateway:
             s.max_pending_deltas,
             self.metrics,
         )
+        self.service.fallbacks = dict(config.fallbacks)
         self.scheduler.on_queue_wait = self.reporter.queue_wait
         self.fleet.on_change = self.scheduler.capacity_changed
         self.metrics.register_heartbeat_age(self.fleet.heartbeat_ages)
         self.metrics.set_config(1, config_hash(config))
-        self.http_api = HttpApi(self.fleet, self.service, self.metrics, s)
+        self.reloader: Reloader | None = None
+        if config_path is not None:
+            self.reloader = Reloader(
+                config_path,
+                Path(config_path).read_text(),
+                self.apply,
+                on_failure=self.metrics.reload_failed,
+                validate=self.validate,
+            )
+        self.http_api = HttpApi(self.fleet, self.service, self.metrics, s, self)
+        self.grpc_servicer = grpc_api.GatewayServicer(self.fleet, self.service, s)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
         self._runner: web.AppRunner | None = None
@@ -77,6 +102,42 @@ class Gateway:
         self._health = health.aio.HealthServicer()
         self.http_port = 0
         self.grpc_port = 0
+
+    # -- hot reload ------------------------------------------------------------------------
+    def validate(self, new: Config) -> None:
+        """What a running gateway cannot take without a restart, and what only building shows."""
+        validate_static(new)
+        old = self.config.gateway
+        for name in ("http", "grpc", "max_body_bytes"):
+            if getattr(new.gateway, name) != getattr(old, name):
+                raise ValueError(f"gateway.{name} changes only with a restart")
+
+    def apply(self, new: Config, version: int, digest: str) -> None:
+        """Swap in a validated config. Live state survives: token-bucket levels of unchanged
+        tenants, queues, in-flight streams, connected sidecars."""
+        s = new.gateway
+        tenants = Tenants(new.tenants, new.anonymous)
+        admission = Admission(new.model_limits)
+        self.supervisor.reconfigure(new.routing, new.retry, new.health)  # may raise: first
+        old = self.config
+        unchanged = {t.name for t in new.tenants if t in old.tenants}
+        if not new.tenants and not old.tenants:
+            unchanged.add("anonymous")
+        admission.carry_over(self.service.admission, unchanged)
+        self.service.tenants = tenants
+        self.service.admission = admission
+        self.service.max_pending = s.max_pending_deltas
+        self.service.fallbacks = dict(new.fallbacks)
+        self.scheduler.reconfigure(new.scheduling, new.model_capacity)
+        self.scheduler.keepalive_s = s.keepalive_s
+        self.fleet.update(new.sidecars, s.link, new.health, s.drain_timeout_s)
+        self.http_api.settings = self.http_api.serving.settings = s
+        self.grpc_servicer.settings = s
+        self.reporter.log_requests = s.request_log
+        self.metrics.set_tenants(t.name for t in new.tenants)
+        self.metrics.set_pricing(new.pricing)
+        self.metrics.set_config(version, digest)
+        self.config = new
 
     def _settle(self, job: Job) -> None:
         self.service.settle(job)
@@ -87,7 +148,10 @@ class Gateway:
         self.fleet.start()
         self.scheduler.start()
         self._runner = web.AppRunner(
-            self.http_api.app(), handler_cancellation=True, access_log=None, shutdown_timeout=5.0
+            self.http_api.app(),
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=s.drain_timeout_s,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, s.http.host, self._http_port, backlog=1024)
@@ -100,9 +164,7 @@ class Gateway:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        gateway_pb2_grpc.add_GatewayServicer_to_server(
-            grpc_api.GatewayServicer(self.fleet, self.service, s), server
-        )
+        gateway_pb2_grpc.add_GatewayServicer_to_server(self.grpc_servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (
@@ -119,6 +181,8 @@ class Gateway:
         self._grpc = server
         for name in ("", grpc_api.SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.reloader is not None and s.watch_config:
+            self.reloader.watch()
         log.info(
             "gateway: http %s:%d grpc %s:%d",
             s.http.host,
@@ -127,11 +191,19 @@ class Gateway:
             self.grpc_port,
         )
 
-    async def stop(self, grace_s: float = 5.0) -> None:
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Graceful: stop accepting, let in-flight streams finish within the grace, then exit."""
+        grace = self.config.gateway.drain_timeout_s if grace_s is None else grace_s
+        self.draining = True
+        if self.reloader is not None:
+            await self.reloader.close()
         await self._health.enter_graceful_shutdown()
+        stops = []
         if self._grpc is not None:
-            await self._grpc.stop(grace_s)
+            stops.append(self._grpc.stop(grace))
         if self._runner is not None:
-            await self._runner.cleanup()
+            self._runner._shutdown_timeout = grace  # read by cleanup(); settable per stop
+            stops.append(self._runner.cleanup())
+        await asyncio.gather(*stops)
         await self.scheduler.close()
         await self.fleet.close()

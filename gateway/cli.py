@@ -1,26 +1,25 @@
-"""The `shardgate` command: up, gateway, sidecar."""
+"""The `shardgate` command: up, gateway, sidecar, check-config, bench."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 
 import uvloop
 
+from bench import cli as bench_cli
 from engine_sidecar import cli as sidecar_cli
 from gateway import cluster
-from gateway.app import Gateway
+from gateway.app import Gateway, validate_static
 from gateway.config.loader import ConfigError, load
 from gateway.config.schema import Config
+from gateway.observability.logging import setup as log_setup
 
 
-def _logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+def _logging(level: str, json: bool) -> None:
+    log_setup(level, json=json)
 
 
 def _run(coro: object) -> int:
@@ -28,12 +27,14 @@ def _run(coro: object) -> int:
         return int(runner.run(coro))  # type: ignore[arg-type]
 
 
-async def _gateway(config: Config, http_port: int | None, grpc_port: int | None) -> int:
+async def _gateway(config: Config, path: str, http_port: int | None, grpc_port: int | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    gw = Gateway(config, http_port, grpc_port)
+    gw = Gateway(config, http_port, grpc_port, config_path=path)
+    if gw.reloader is not None:
+        loop.add_signal_handler(signal.SIGHUP, gw.reloader.reload, "SIGHUP")
     await gw.start()
     try:
         await stop.wait()
@@ -57,21 +58,25 @@ def main(argv: list[str] | None = None) -> int:
     sidecar_cli.add_arguments(sub.add_parser("sidecar", help="run one engine sidecar"))
     c = sub.add_parser("check-config", help="validate a config file")
     c.add_argument("file")
+    bench_cli.register(sub)
 
     args = p.parse_args(argv)
     if args.command == "sidecar":
         return sidecar_cli.run(args)
+    if args.command == "bench":
+        return bench_cli.run(args)
     path = args.file if args.command == "check-config" else args.config
     try:
         config = load(path)
         cluster.check_launch(config)
+        validate_static(config)
     except (ConfigError, ValueError) as e:
         print(f"shardgate: {e}", file=sys.stderr)
         return 2
     if args.command == "check-config":
         print(f"{path}: ok")
         return 0
-    _logging(args.log_level)
+    _logging(args.log_level, config.gateway.json_logs)
     if args.command == "up":
-        return _run(cluster.up(config, args.http_port, args.grpc_port, args.log_level))
-    return _run(_gateway(config, args.http_port, args.grpc_port))
+        return _run(cluster.up(config, path, args.http_port, args.grpc_port, args.log_level))
+    return _run(_gateway(config, path, args.http_port, args.grpc_port))

@@ -92,13 +92,17 @@ def banner(gw: Gateway) -> str:
     )
 
 
-async def up(config: Config, http_port: int | None, grpc_port: int | None, log_level: str) -> int:
+async def up(
+    config: Config, path: str, http_port: int | None, grpc_port: int | None, log_level: str
+) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     sidecars = LocalSidecars(config.sidecars, log_level)
-    gw = Gateway(config, http_port, grpc_port)
+    gw = Gateway(config, http_port, grpc_port, config_path=path)
+    if gw.reloader is not None:
+        loop.add_signal_handler(signal.SIGHUP, gw.reloader.reload, "SIGHUP")
     try:
         sidecars.start()
         await gw.start()

@@ -110,6 +110,11 @@ class Unauthorized(GatewayError):
     type = "authentication_error"
 
 
+class Forbidden(GatewayError):
+    status = 403
+    type = "permission_error"
+
+
 class ModelNotFound(GatewayError):
     status = 404
     type = "not_found_error"

@@ -98,7 +98,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     def __init__(self, fleet: Fleet, service: Service, settings: GatewaySettings) -> None:
         self._fleet = fleet
         self._service = service
-        self._settings = settings
+        self.settings = settings
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
@@ -112,19 +112,19 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
         try:
-            req = to_request(request, self._settings.default_max_tokens)
+            req = to_request(request, self.settings.default_max_tokens)
             metadata = dict(context.invocation_metadata() or ())
             gen = self._service.submit(req, bearer_key(metadata.get("authorization")))
         except GatewayError as e:
             await context.abort(status_of(e), e.message, trailing(e))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.request_timeout_s
+        deadline = loop.time() + self.settings.request_timeout_s
         timed_out = False
         counted = 0
         prompt = cached = 0
         try:
             try:
-                first = min(deadline, loop.time() + self._settings.first_token_timeout_s)
+                first = min(deadline, loop.time() + self.settings.first_token_timeout_s)
                 async with asyncio.timeout_at(first):
                     batch = await gen.take()
             except TimeoutError:

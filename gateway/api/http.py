@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 from aiohttp import web
 
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
-from gateway.config.schema import GatewaySettings
+from gateway.config.schema import Config, GatewaySettings
 from gateway.observability.metrics import GatewayMetrics
+from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.service import Service
-from gateway.types import GatewayError, ModelNotFound, PayloadTooLarge
+from gateway.types import Forbidden, GatewayError, ModelNotFound, PayloadTooLarge, Unauthorized
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,16 @@ def error_response(err: GatewayError, request_id: str) -> web.Response:
         content_type="application/json",
         headers=headers,
     )
+
+
+def redacted(config: Config) -> Any:
+    """The config as JSON data, API keys masked."""
+    data = msgspec.to_builtins(config)
+    for tenant in data.get("tenants", []):
+        tenant["keys"] = ["***"] * len(tenant.get("keys", []))
+    if data.get("gateway", {}).get("admin_key"):
+        data["gateway"]["admin_key"] = "***"
+    return data
 
 
 @web.middleware
@@ -78,16 +95,18 @@ class HttpApi:
         service: Service,
         metrics: GatewayMetrics,
         settings: GatewaySettings,
+        gateway: Gateway | None = None,
     ) -> None:
+        self._gateway = gateway
         self._fleet = fleet
         self._metrics = metrics
-        self._settings = settings
-        self._serving = OpenAIServing(service, settings)
+        self.settings = settings
+        self.serving = OpenAIServing(service, settings)
         self._started = int(time.time())
 
     def app(self) -> web.Application:
         app = web.Application(
-            middlewares=[openai_errors], client_max_size=self._settings.max_body_bytes
+            middlewares=[openai_errors], client_max_size=self.settings.max_body_bytes
         )
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
@@ -96,24 +115,26 @@ class HttpApi:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/admin/reload", self.admin_reload)
+        app.router.add_get("/admin/config", self.admin_config)
         return app
 
     def _check_length(self, request: web.Request) -> None:
         length = request.content_length
-        if length is not None and length > self._settings.max_body_bytes:
+        if length is not None and length > self.settings.max_body_bytes:
             raise PayloadTooLarge(
-                f"Request body is {length} bytes; the limit is {self._settings.max_body_bytes}."
+                f"Request body is {length} bytes; the limit is {self.settings.max_body_bytes}."
             )
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self._check_length(request)
-        return await self._serving.generate(
+        return await self.serving.generate(
             request, request[REQUEST_ID], protocol.decode_chat, "chat"
         )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         self._check_length(request)
-        return await self._serving.generate(
+        return await self.serving.generate(
             request, request[REQUEST_ID], protocol.decode_completion, "completion"
         )
 
@@ -145,7 +166,56 @@ class HttpApi:
         return resp
 
     async def readyz(self, request: web.Request) -> web.Response:
+        """Ready: config loaded, not draining, and every model pool has a routable replica."""
         models = self._fleet.models()
-        ready = bool(models) and all(replicas > 0 for _, replicas in models.values())
-        body = {"ready": ready, "models": {n: r for n, (_, r) in models.items()}}
+        draining = self._gateway is not None and self._gateway.draining
+        ready = (
+            not draining and bool(models) and all(replicas > 0 for _, replicas in models.values())
+        )
+        body = {
+            "ready": ready,
+            "draining": draining,
+            "models": {n: r for n, (_, r) in models.items()},
+        }
         return web.json_response(body, status=200 if ready else 503)
+
+    # -- admin -------------------------------------------------------------------------------
+    def _admin(self, request: web.Request) -> Gateway:
+        key = self.settings.admin_key
+        if key is not None:
+            given = bearer_key(request.headers.get("Authorization")) or ""
+            if not hmac.compare_digest(given.encode(), key.encode()):
+                raise Unauthorized("The admin API needs the admin key.")
+        else:
+            peer = request.remote or ""
+            if peer not in ("127.0.0.1", "::1"):
+                raise Forbidden("The admin API is open to loopback only (no admin_key set).")
+        if self._gateway is None or self._gateway.reloader is None:
+            raise ModelNotFound("This gateway was started without a config file.")
+        return self._gateway
+
+    async def admin_reload(self, request: web.Request) -> web.Response:
+        gw = self._admin(request)
+        assert gw.reloader is not None
+        ok = gw.reloader.reload("admin")
+        st = gw.reloader.status
+        body = {"ok": ok, "version": st.version, "hash": st.hash}
+        if not ok:
+            body["error"] = st.last_error
+        return web.json_response(body, status=200 if ok else 400)
+
+    async def admin_config(self, request: web.Request) -> web.Response:
+        gw = self._admin(request)
+        assert gw.reloader is not None
+        st = gw.reloader.status
+        return web.json_response(
+            {
+                "path": st.path,
+                "version": st.version,
+                "hash": st.hash,
+                "loaded_at": st.loaded_at,
+                "last_error": st.last_error,
+                "last_error_at": st.last_error_at,
+                "config": redacted(gw.config),
+            }
+        )

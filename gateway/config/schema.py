@@ -45,6 +45,13 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     max_pending_deltas: Annotated[int, msgspec.Meta(gt=0)] = 1024
     # SSE comments sent to streaming clients while their request waits in a queue.
     keepalive_s: Seconds = 5.0
+    # On SIGTERM: in-flight requests get this long to finish; sidecars removed by a reload
+    # get this long before their remaining requests migrate.
+    drain_timeout_s: Seconds = 30.0
+    # Bearer key of /admin/* (reload, config); unset: admin calls only from loopback.
+    admin_key: str | None = None
+    # Watch the config file and reload it when it changes (also on SIGHUP and /admin/reload).
+    watch_config: bool = True
     # One JSON log line per finished request.
     request_log: bool = True
     # Logs as JSON lines (false: plain text).
@@ -79,6 +86,12 @@ class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model_capacity: dict[str, Annotated[int, msgspec.Meta(gt=0)]] = {}
     # Prices per 1k tokens (cost metrics) and tenants' monthly budgets (cost alerts).
     pricing: Pricing = Pricing()
+    # Models the fleet serves, for checking the names below (sim sidecars in `launch`
+    # sections and priced models count as declared).
+    models: list[str] = []
+    # Degradation: a model with no healthy replica, or a full queue, is served by its fallback
+    # (responses name the model that served them).
+    fallbacks: dict[str, str] = {}
     # Filters -> weighted scorers -> picker; heartbeats and outlier ejection; retry budget.
     routing: RoutingSettings = RoutingSettings()
     health: HealthSettings = HealthSettings()
@@ -90,3 +103,32 @@ class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
         if dup:
             raise ValueError(f"duplicate sidecar names: {sorted(dup)}")
         check_tenancy(self.tenants, self.anonymous)
+        self._check_models()
+
+    def declared_models(self) -> set[str]:
+        known = set(self.models) | set(self.pricing.models)
+        for e in self.sidecars:
+            launch = e.launch or {}
+            if launch.get("backend", "sim") == "sim":
+                sim = launch.get("sim") or {}
+                known.add(str(sim.get("model", "sim-llama")) if isinstance(sim, dict) else "")
+        return known
+
+    def _check_models(self) -> None:
+        named = [("fallbacks", m) for pair in self.fallbacks.items() for m in pair]
+        named += [("model_capacity", m) for m in self.model_capacity]
+        named += [("model_limits", m) for m in self.model_limits]
+        if not named:
+            return
+        known = self.declared_models()
+        for section, model in named:
+            if model not in known:
+                raise ValueError(f"{section}: unknown model {model!r} (declare it under `models:`)")
+        for model in self.fallbacks:
+            seen = {model}
+            nxt = self.fallbacks.get(model)
+            while nxt is not None:
+                if nxt in seen:
+                    raise ValueError(f"fallbacks: {model!r} falls back in a cycle")
+                seen.add(nxt)
+                nxt = self.fallbacks.get(nxt)

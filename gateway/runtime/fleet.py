@@ -74,6 +74,60 @@ class Fleet:
         done = await asyncio.gather(*(link.wait_connected(timeout_s) for link in self.links))
         return all(done)
 
+    def update(
+        self,
+        endpoints: Iterable[SidecarEndpoint],
+        settings: LinkSettings,
+        health: HealthSettings,
+        drain_timeout_s: float,
+    ) -> None:
+        """A config reload: connect new sidecars; drain removed ones (no new requests; in-flight
+        ones finish, or migrate once `drain_timeout_s` has passed)."""
+        self.health = health
+        wanted = {e.name: e for e in endpoints}
+        for link in list(self.links):
+            e = wanted.get(link.name)
+            if e is not None and e.address == link.address:
+                link.settings = settings
+                continue
+            self.links.remove(link)
+            del self.by_name[link.name]
+            self.monitors.pop(link.name, None)
+            self.draining.append(link)
+            task = asyncio.create_task(
+                self._drain(link, drain_timeout_s), name=f"drain-{link.name}"
+            )
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
+            log.info("sidecar %s removed from the config: draining", link.name)
+        for name, e in wanted.items():
+            if name not in self.by_name:
+                link = EngineLink(e.name, e.address, settings)
+                self._add(link)
+                link.start()
+                log.info("sidecar %s added: connecting to %s", name, e.address)
+        for name, monitor in self.monitors.items():
+            link = self.by_name[name]
+            if link.info is not None:
+                monitor.configure(
+                    health, heartbeat_interval_s(health, link.info.heartbeat_interval_s)
+                )
+        self.refresh()
+
+    async def _drain(self, link: EngineLink, timeout_s: float) -> None:
+        link.listener = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    if not link.streams:
+                        break
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            self.evacuate(link, f"sidecar {link.name} left the config")
+        finally:
+            self.draining.remove(link)
+            await link.close()
+
     # -- what the links tell -----------------------------------------------------------------
     def link_up(self, link: EngineLink) -> None:
         assert link.info is not None

@@ -62,7 +62,7 @@ class Scheduler:
         self._scheduling = scheduling
         self._caps = dict(capacity_caps)
         self._preemption = Preemption(scheduling)
-        self._keepalive_s = keepalive_s
+        self.keepalive_s = keepalive_s
         self._on_done = on_done
         self._clock = clock
         self.pools: dict[str, Pool] = {}
@@ -82,6 +82,13 @@ class Scheduler:
         slots = self._fleet.capacity(model)
         cap = self._caps.get(model)
         return slots if cap is None else min(cap, slots)
+
+    def saturated(self, model: str) -> bool:
+        """No replica to run on, or a full queue: a request had better go to a fallback."""
+        if self.capacity(model) == 0:
+            return True
+        pool = self.pools.get(model)
+        return pool is not None and len(pool.queue) >= self._scheduling.max_queued
 
     def _pool(self, model: str) -> Pool:
         pool = self.pools.get(model)
@@ -230,7 +237,7 @@ class Scheduler:
         while True:
             await asyncio.sleep(0.1)
             now = self._clock()
-            beat = now - last_keepalive >= self._keepalive_s
+            beat = now - last_keepalive >= self.keepalive_s
             if beat:
                 last_keepalive = now
             for pool in list(self.pools.values()):

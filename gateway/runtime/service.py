@@ -46,18 +46,20 @@ class Service:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.metrics = metrics
+        self.fallbacks: dict[str, str] = {}
         self.fleet = fleet
         self.scheduler = scheduler
         self.tenants = tenants
         self.admission = admission
-        self._max_pending = max_pending_deltas
+        self.max_pending = max_pending_deltas
         self._clock = clock
 
     def submit(self, req: GenerationRequest, api_key: str | None) -> Job:
         """Admit and schedule a request; raises 401/404/429/503 errors with their headers."""
         tenant = self.tenants.resolve(api_key)
-        if not self.fleet.knows(req.model):
+        if not self.fleet.knows(req.model) and req.model not in self.fallbacks:
             raise ModelNotFound(f"The model `{req.model}` does not exist.", "model")
+        req.model = self.degrade(req.model)
         priority = tenant.priority(req.model, req.priority)
         req.priority = priority
         estimate = estimate_tokens(req)
@@ -70,7 +72,7 @@ class Service:
         job = Job(
             req,
             self.scheduler,
-            ResponseStream(self._max_pending),
+            ResponseStream(self.max_pending),
             tenant=tenant.name,
             priority=priority,
             arrival=now,
@@ -87,6 +89,17 @@ class Service:
             e.headers = (*ticket.headers, *e.headers)
             raise
         return job
+
+    def degrade(self, model: str) -> str:
+        """The model to serve: `model`, or down its fallback chain while it is saturated."""
+        seen = {model}
+        while self.scheduler.saturated(model):
+            fallback = self.fallbacks.get(model)
+            if fallback is None or fallback in seen:
+                break
+            seen.add(fallback)
+            model = fallback
+        return model
 
     def settle(self, job: Job) -> None:
         """A job ended: reconcile its rate-limit charge with what it really used."""

@@ -10,6 +10,7 @@ import asyncio
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, TypeVar
 
 import uvloop
@@ -23,9 +24,19 @@ T = TypeVar("T")
 
 
 class Cluster:
-    def __init__(self, gateway_yaml: str, sidecars: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        gateway_yaml: str,
+        sidecars: list[dict[str, Any]],
+        config_path: Path | None = None,
+        linked: list[int] | None = None,
+    ) -> None:
+        """`linked`: the sidecars the gateway's config lists (default all); with `config_path`
+        the config is written there and the gateway reloads it."""
         self._gateway_yaml = gateway_yaml
         self._sidecar_specs = sidecars
+        self.config_path = config_path
+        self._linked = linked
         self.sidecars: list[Sidecar] = []
         self.gateway: Gateway | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -51,6 +62,16 @@ class Cluster:
     def sidecar_targets(self) -> list[str]:
         return [f"127.0.0.1:{s.port}" for s in self.sidecars]
 
+    def config_text(self, gateway_yaml: str, linked: list[int]) -> str:
+        """A gateway config listing the given sidecars."""
+        lines = [gateway_yaml, "sidecars:"]
+        lines += [
+            f"  - {{name: {self.sidecars[i].config.name}, "
+            f"address: '127.0.0.1:{self.sidecars[i].port}'}}"
+            for i in linked
+        ]
+        return "\n".join(lines) + "\n"
+
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, timeout_s: float = 30.0) -> None:
         self._thread.start()
@@ -74,12 +95,13 @@ class Cluster:
                 sidecar = Sidecar(cfg)
                 await sidecar.start()
                 self.sidecars.append(sidecar)
-            lines = [self._gateway_yaml, "sidecars:"]
-            lines += [
-                f"  - {{name: {s.config.name}, address: '127.0.0.1:{s.port}'}}"
-                for s in self.sidecars
-            ]
-            self.gateway = Gateway(parse("\n".join(lines)), http_port=0, grpc_port=0)
+            linked = range(len(self.sidecars)) if self._linked is None else self._linked
+            text = self.config_text(self._gateway_yaml, list(linked))
+            if self.config_path is not None:
+                self.config_path.write_text(text)
+            self.gateway = Gateway(
+                parse(text), http_port=0, grpc_port=0, config_path=self.config_path
+            )
             await self.gateway.start()
             if not await self.gateway.fleet.wait_connected(10.0):
                 raise RuntimeError("sidecars did not connect")

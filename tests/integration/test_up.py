@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import openai
@@ -89,6 +91,64 @@ def test_up_serves_and_stops_cleanly_with_its_children(sig: signal.Signals) -> N
         while any(alive(p) for p in sidecars) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(alive(p) for p in sidecars)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_sighup_reloads_and_sigterm_lets_a_running_stream_finish(tmp_path: Path) -> None:
+    http_port, grpc_port, a, b = (free_port() for _ in range(4))
+    sim = "{backend: sim, sim: {model: sim-llama, profile: fast}}"
+    base = (
+        f"gateway: {{http: {{port: {http_port}}}, grpc: {{port: {grpc_port}}}, "
+        "default_max_tokens: 16, watch_config: false}\n"
+        "sidecars:\n"
+        f"  - {{name: a, address: '127.0.0.1:{a}', launch: {sim}}}\n"
+        f"  - {{name: b, address: '127.0.0.1:{b}', launch: {sim}}}\n"
+    )
+    config = tmp_path / "gw.yaml"
+    config.write_text(base)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "up", "--config", str(config), "--log-level", "ERROR"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        assert b"shardgate is up" in proc.stdout.readline()
+        url = f"http://127.0.0.1:{http_port}"
+
+        def version() -> int:
+            with urllib.request.urlopen(f"{url}/admin/config", timeout=10) as resp:
+                return int(json.loads(resp.read())["version"])
+
+        config.write_text(base.replace("16", "5"))
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while version() != 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+        with openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as api:
+            stream = api.completions.create(
+                model="sim-llama",
+                prompt="go",
+                max_tokens=600,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+            got = 0
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].text:
+                    got += 1
+                if got == 10:
+                    proc.send_signal(signal.SIGTERM)  # drain: the stream must still finish
+            assert got == 600
+        assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

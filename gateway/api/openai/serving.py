@@ -74,13 +74,13 @@ class Tally:
 class OpenAIServing:
     def __init__(self, service: Service, settings: GatewaySettings) -> None:
         self._service = service
-        self._settings = settings
+        self.settings = settings
 
     async def generate(
         self, request: web.Request, rid: str, decode: Decode, kind: encode.ChunkKind
     ) -> web.StreamResponse:
         body = await request.read()
-        req = decode(body, rid, self._settings.default_max_tokens)
+        req = decode(body, rid, self.settings.default_max_tokens)
         headers = request.headers
         asked = headers.get("x-priority")
         if asked is not None:
@@ -88,11 +88,11 @@ class OpenAIServing:
         req.session_id = headers.get("x-session-id", "")[:128]
         gen = self._service.submit(req, bearer_key(headers.get("Authorization")))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.request_timeout_s
+        deadline = loop.time() + self.settings.request_timeout_s
         timed_out = False
         try:
             try:
-                first = min(deadline, loop.time() + self._settings.first_token_timeout_s)
+                first = min(deadline, loop.time() + self.settings.first_token_timeout_s)
                 async with asyncio.timeout_at(first):
                     batch = await gen.take()
             except TimeoutError:

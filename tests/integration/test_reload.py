@@ -1,0 +1,174 @@
+"""Transactional hot reload: edits apply live, bad files change nothing, sidecars come and go."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from engine_sidecar.backends.sim import SimConfig
+from tests.integration.cluster import Cluster
+
+BASE = """
+gateway: {default_max_tokens: 16, drain_timeout_s: 20}
+models: [sim-llama, sim-small]
+fallbacks: {sim-llama: sim-small}
+"""
+LONG: dict[str, Any] = {
+    "model": "sim-llama",
+    "messages": [{"role": "user", "content": "A long one."}],
+    "max_tokens": 400,
+    "extra_body": {"ignore_eos": True},
+}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    llama = SimConfig(model="sim-llama", profile="fast")
+    small = SimConfig(model="sim-small", profile="fast")
+    # sim-0 and sim-1 serve sim-llama; sim-2 (sim-small) is not in the config at first.
+    c = Cluster(
+        BASE, [{"sim": llama}, {"sim": llama}, {"sim": small}], tmp_path / "gw.yaml", [0, 1]
+    )
+    c.start()
+    yield c
+    c.stop()
+
+
+def admin(c: Cluster, method: str, path: str) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(f"{c.http_url}{path}", method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, json.loads(e.read())
+
+
+def write(c: Cluster, text: str) -> None:
+    assert c.config_path is not None
+    c.config_path.write_text(text)
+
+
+def eventually(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def stream_in_background(c: Cluster, api: openai.OpenAI) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+    started = threading.Event()
+
+    def run() -> None:
+        raw = api.chat.completions.with_raw_response.create(**LONG, stream=True)
+        out["replica"] = raw.headers["x-shardgate-replica"]
+        pieces = []
+        for chunk in raw.parse():
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+                started.set()
+        out["n"] = len(pieces)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert started.wait(20)
+    return t, out
+
+
+def test_a_valid_edit_applies_without_dropping_a_running_stream(cluster: Cluster) -> None:
+    with openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="x", max_retries=0) as api:
+        t, out = stream_in_background(cluster, api)
+        write(cluster, cluster.config_text(BASE.replace("16", "5"), [0, 1]))
+        status, body = admin(cluster, "POST", "/admin/reload")
+        assert (status, body["ok"], body["version"]) == (200, True, 2)
+        t.join(30)
+        assert out["n"] == 400  # not cut
+        r = api.completions.create(model="sim-llama", prompt="hi", extra_body={"ignore_eos": True})
+        assert r.usage is not None and r.usage.completion_tokens == 5  # the new default
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        ("gateway: {default_max_tokens: [\n", "not valid YAML"),
+        ("gateway: {default_max_tokens: 16}\nbogus_field: 1\n", "bogus_field"),
+        ("gateway: {default_max_tokens: -3}\n", "default_max_tokens"),
+        ("models: [sim-llama]\nfallbacks: {sim-llama: sim-nothing}\n", "sim-nothing"),
+        ("gateway: {http: {port: 1}}\n", "restart"),
+    ],
+)
+def test_an_invalid_edit_changes_nothing_and_says_why(
+    cluster: Cluster, edit: str, named: str
+) -> None:
+    _, before = admin(cluster, "GET", "/admin/config")
+    write(cluster, edit + cluster.config_text("", [0, 1]))
+    status, body = admin(cluster, "POST", "/admin/reload")
+    assert status == 400 and body["ok"] is False
+    assert named in body["error"]
+    _, after = admin(cluster, "GET", "/admin/config")
+    assert after["config"] == before["config"]
+    assert after["version"] == before["version"]
+    assert named in after["last_error"]
+    with urllib.request.urlopen(f"{cluster.http_url}/metrics", timeout=10) as resp:
+        assert "shardgate_config_reload_failures_total 1.0" in resp.read().decode()
+
+
+def test_the_error_names_the_line(cluster: Cluster) -> None:
+    write(cluster, "gateway:\n  default_max_tokens: 16\n  keepalive_s: -1\n")
+    _, body = admin(cluster, "POST", "/admin/reload")
+    assert ":3:" in body["error"] and "keepalive_s" in body["error"]
+
+
+def test_the_file_is_watched(cluster: Cluster) -> None:
+    write(cluster, cluster.config_text(BASE.replace("16", "7"), [0, 1]))
+    eventually(lambda: admin(cluster, "GET", "/admin/config")[1]["version"] == 2, 10)
+    assert admin(cluster, "GET", "/admin/config")[1]["config"]["gateway"]["default_max_tokens"] == 7
+
+
+def test_sidecars_are_added_and_drained_live(cluster: Cluster) -> None:
+    with openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="x", max_retries=0) as api:
+        assert [m.id for m in api.models.list()] == ["sim-llama"]
+        write(cluster, cluster.config_text(BASE, [0, 1, 2]))
+        assert admin(cluster, "POST", "/admin/reload")[0] == 200
+        eventually(lambda: "sim-small" in [m.id for m in api.models.list()])
+        # Remove the sidecar a running stream is on: the stream finishes (drain).
+        t, out = stream_in_background(cluster, api)
+        on = out["replica"]
+        keep = [i for i in (0, 1) if f"127.0.0.1:{cluster.sidecars[i].port}" != on]
+        write(cluster, cluster.config_text(BASE, [*keep, 2]))
+        assert admin(cluster, "POST", "/admin/reload")[0] == 200
+        for _ in range(10):
+            r = api.chat.completions.with_raw_response.create(
+                model="sim-llama", messages=LONG["messages"], max_tokens=2
+            )
+            assert r.headers["x-shardgate-replica"] != on
+        t.join(30)
+        assert out["n"] == 400
+
+
+def test_fallback_and_readiness(cluster: Cluster) -> None:
+    with openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="x", max_retries=0) as api:
+        write(cluster, cluster.config_text(BASE, [0, 1, 2]))
+        assert admin(cluster, "POST", "/admin/reload")[0] == 200
+        eventually(lambda: admin(cluster, "GET", "/readyz")[0] == 200)
+        # sim-llama loses every replica: readiness drops and sim-small serves it.
+        write(cluster, cluster.config_text(BASE, [2]))
+        assert admin(cluster, "POST", "/admin/reload")[0] == 200
+        eventually(lambda: admin(cluster, "GET", "/readyz")[0] == 503)
+        r = api.chat.completions.create(model="sim-llama", messages=LONG["messages"], max_tokens=3)
+        assert r.model == "sim-small"
+        write(cluster, cluster.config_text(BASE, [0, 2]))
+        assert admin(cluster, "POST", "/admin/reload")[0] == 200
+        eventually(lambda: admin(cluster, "GET", "/readyz")[0] == 200)
+        r = api.chat.completions.create(model="sim-llama", messages=LONG["messages"], max_tokens=3)
+        assert r.model == "sim-llama"
