@@ -22,7 +22,7 @@ REQUEST: dict[str, Any] = {
     "max_tokens": 300,
     "extra_body": {"ignore_eos": True},
 }
-GATEWAY = "gateway: {default_max_tokens: 16}\nhealth: {heartbeat_interval_s: 0.05}"
+GATEWAY = "gateway: {default_max_tokens: 16}\nhealth: {heartbeat_interval_s: 0.2}"
 
 
 @pytest.fixture
@@ -31,9 +31,9 @@ def cluster() -> Iterator[Cluster]:
     c = Cluster(
         GATEWAY,
         [
-            {"sim": SIM, "group": "tp", "rank": 0, "world_size": 2, "heartbeat_interval_s": 0.05},
-            {"sim": SIM, "group": "tp", "rank": 1, "world_size": 2, "heartbeat_interval_s": 0.05},
-            {"sim": SIM, "heartbeat_interval_s": 0.05, "allow_fault_injection": True},
+            {"sim": SIM, "group": "tp", "rank": 0, "world_size": 2, "heartbeat_interval_s": 0.2},
+            {"sim": SIM, "group": "tp", "rank": 1, "world_size": 2, "heartbeat_interval_s": 0.2},
+            {"sim": SIM, "heartbeat_interval_s": 0.2, "allow_fault_injection": True},
         ],
     )
     c.start()
