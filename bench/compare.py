@@ -69,6 +69,8 @@ def summary(r: Report) -> str:
     lines = [head]
     for label, value, unit, _ in metrics(r):
         lines.append(f"  {label:<{width}}  {_fmt(value):>12} {unit}")
+    for kind, samples in r.error_samples.items():
+        lines += [f"  e.g. {kind}: {text}" for text in samples]
     return "\n".join(lines)
 
 

@@ -77,6 +77,7 @@ class GatewayTarget:
         msg = self.message(spec)
         clock = TokenClock(time.perf_counter())
         errors: list[str] = []
+        detail = ""
         last: gpb.GenerateResponse | None = None
         early_usage = False
         try:
@@ -92,6 +93,7 @@ class GatewayTarget:
                 last = r
         except grpc.aio.AioRpcError as e:
             errors.append(_status_kind(e))
+            detail = f"{errors[0]}: {e.details()}"
         end = time.perf_counter()
         prompt = 0
         if not errors:
@@ -106,9 +108,12 @@ class GatewayTarget:
                     errors.append(kinds.USAGE_SUM)
                 if u.completion_tokens != clock.tokens:
                     errors.append(kinds.TOKEN_COUNT)
+                    detail = (
+                        f"{kinds.TOKEN_COUNT}: {clock.tokens} tokens, usage {u.completion_tokens}"
+                    )
                 if s.ignore_eos and u.completion_tokens != spec.max_tokens:
                     errors.append(kinds.MAX_TOKENS)
-        return Result.from_clock(spec.index, spec.cls, clock, end, prompt, errors)
+        return Result.from_clock(spec.index, spec.cls, clock, end, prompt, errors, detail)
 
     async def close(self) -> None:
         await self._channels.close()
@@ -142,6 +147,7 @@ class EngineTarget:
         stub = self._stubs[next(self._next)]
         clock = TokenClock(time.perf_counter())
         errors: list[str] = []
+        detail = ""
         prompt = 0
         last: epb.Delta | None = None
         try:
@@ -153,18 +159,20 @@ class EngineTarget:
                 last = d
         except grpc.aio.AioRpcError as e:
             errors.append(_status_kind(e))
+            detail = f"{errors[0]}: {e.details()}"
         end = time.perf_counter()
         if not errors:
             if last is None or last.finish == epb.FINISH_NONE:
                 errors.append(kinds.MISSING_FINISH)
             elif last.finish == epb.FINISH_ERROR or last.error_code:
                 errors.append(kinds.ERROR_EVENT)
+                detail = f"{kinds.ERROR_EVENT}: {last.error_message}"
             else:
                 if last.completion_tokens != clock.tokens:
                     errors.append(kinds.TOKEN_COUNT)
                 if s.ignore_eos and last.completion_tokens != spec.max_tokens:
                     errors.append(kinds.MAX_TOKENS)
-        return Result.from_clock(spec.index, spec.cls, clock, end, prompt, errors)
+        return Result.from_clock(spec.index, spec.cls, clock, end, prompt, errors, detail)
 
     async def close(self) -> None:
         await self._channels.close()

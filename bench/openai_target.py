@@ -78,26 +78,35 @@ class OpenAITarget:
         start = time.perf_counter()
         try:
             conn = await self._pool.acquire()
-        except (OSError, TimeoutError):
-            return Result.failed(spec.index, spec.cls, start, time.perf_counter(), kinds.CONNECT)
+        except (OSError, TimeoutError) as e:
+            end = time.perf_counter()
+            return Result.failed(
+                spec.index, spec.cls, start, end, kinds.CONNECT, f"{kinds.CONNECT}: {e!r}"
+            )
         verifier = SseVerifier(self._kind, spec.max_tokens if s.ignore_eos else None, start)
         complete = False
         errors: list[str] = []
+        detail = ""
         try:
             async with asyncio.timeout(s.request_timeout_s):
                 response = await conn.send(data, verifier)
             complete = response.complete
         except TimeoutError:
             errors.append(kinds.TIMEOUT)
-        except HttpError:
+            detail = (
+                f"{kinds.TIMEOUT}: no end after {s.request_timeout_s} s, {verifier.tokens} tokens"
+            )
+        except HttpError as e:
             errors.append(kinds.HTTP_FRAMING)
+            detail = f"{kinds.HTTP_FRAMING}: {e}"
         finally:
             self._pool.release(conn)
         end = time.perf_counter()
         if not errors:
             errors = verifier.finish(complete)
+            detail = verifier.detail
         return Result.from_clock(
-            spec.index, spec.cls, verifier.clock, end, verifier.prompt_tokens, errors
+            spec.index, spec.cls, verifier.clock, end, verifier.prompt_tokens, errors, detail
         )
 
     async def close(self) -> None:

@@ -89,6 +89,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     errors: dict[str, int]
     classes: list[ClassReport]
     cpu: Cpu
+    # Up to SAMPLES distinct messages per error kind (an error event's text, an HTTP body, ...).
+    error_samples: dict[str, list[str]] = {}
 
 
 def counts(results: Sequence[Result], planned: int) -> Counts:
@@ -115,6 +117,20 @@ def latency(results: Sequence[Result]) -> Latency:
 def errors_by_kind(results: Sequence[Result]) -> dict[str, int]:
     c: Counter[str] = Counter(k for r in results for k in r.errors)
     return dict(sorted(c.items()))
+
+
+SAMPLES = 3
+
+
+def error_samples(results: Sequence[Result]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in results:
+        kind, _, text = r.detail.partition(": ")
+        if text:
+            seen = out.setdefault(kind, [])
+            if len(seen) < SAMPLES and text not in seen:
+                seen.append(text)
+    return dict(sorted(out.items()))
 
 
 def throughput(results: Sequence[Result], window_s: float) -> Throughput:
@@ -185,6 +201,7 @@ def build(
         errors=errors_by_kind(results),
         classes=classes,
         cpu=cpu_report(sampler, results),
+        error_samples=error_samples(results),
     )
 
 

@@ -71,6 +71,7 @@ class Result:
     prompt_tokens: int
     itls_s: array[float] = field(default_factory=lambda: array("d"))
     errors: tuple[str, ...] = ()
+    detail: str = ""  # "kind: what it said", for an error that said something
 
     @property
     def ok(self) -> bool:
@@ -82,12 +83,23 @@ class Result:
 
     @classmethod
     def from_clock(
-        cls, index: int, klass: int, clock: TokenClock, end: float, prompt: int, errors: list[str]
+        cls,
+        index: int,
+        klass: int,
+        clock: TokenClock,
+        end: float,
+        prompt: int,
+        errors: list[str],
+        detail: str = "",
     ) -> Result:
         first = clock.first - clock.start if clock.tokens else math.nan
         kinds = tuple(dict.fromkeys(errors))
-        return cls(index, klass, clock.start, end, first, clock.tokens, prompt, clock.itls, kinds)
+        return cls(
+            index, klass, clock.start, end, first, clock.tokens, prompt, clock.itls, kinds, detail
+        )
 
     @classmethod
-    def failed(cls, index: int, klass: int, start: float, end: float, kind: str) -> Result:
-        return cls(index, klass, start, end, math.nan, 0, 0, array("d"), (kind,))
+    def failed(
+        cls, index: int, klass: int, start: float, end: float, kind: str, detail: str = ""
+    ) -> Result:
+        return cls(index, klass, start, end, math.nan, 0, 0, array("d"), (kind,), detail)

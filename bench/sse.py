@@ -18,14 +18,17 @@ from bench.result import TokenClock
 
 _FIELDS: Final = (b"event:", b"id:", b"retry:")
 MAX_EVENT_BYTES: Final = 1 << 20
+MAX_DETAIL: Final = 300
 
 
 class SseVerifier:
     __slots__ = (
+        "_err_body",
         "_ignore",
         "_kind",
         "_rest",
         "clock",
+        "detail",
         "done",
         "errors",
         "expect_tokens",
@@ -39,6 +42,8 @@ class SseVerifier:
     ) -> None:
         self._kind = kind
         self._rest = b""
+        self._err_body = b""
+        self.detail = ""
         self._ignore = False
         self.status = 0
         self.expect_tokens = expect_tokens
@@ -56,21 +61,28 @@ class SseVerifier:
         """The response head: anything but 200 and an event stream is an error."""
         self.status = status
         if status != 200:
-            self.errors.append(kinds.http_status(status))
+            self._fail(kinds.http_status(status))
             self._ignore = True
         elif not headers.get("content-type", "").startswith("text/event-stream"):
-            self.errors.append(kinds.CONTENT_TYPE)
+            self._fail(kinds.CONTENT_TYPE, headers.get("content-type", ""))
             self._ignore = True
+
+    def _fail(self, kind: str, detail: str = "") -> None:
+        self.errors.append(kind)
+        if detail and not self.detail:
+            self.detail = f"{kind}: {detail[:MAX_DETAIL]}"
 
     def feed(self, data: bytes, now: float) -> None:
         if self._ignore:
+            if self.status != 200 and len(self._err_body) < MAX_DETAIL:
+                self._err_body += data[:MAX_DETAIL]
             return
         if self._rest:
             data = self._rest + data
         events = data.split(b"\n\n")
         self._rest = events.pop()
         if len(self._rest) > MAX_EVENT_BYTES:
-            self.errors.append(kinds.SSE_FRAMING)  # no event ends: stop reading the stream
+            self._fail(kinds.SSE_FRAMING, f"an event over {MAX_EVENT_BYTES} bytes")
             self._ignore = True
             return
         for event in events:
@@ -84,7 +96,7 @@ class SseVerifier:
         if payload is None:
             return
         if self.done:
-            self.errors.append(kinds.SSE_FRAMING)  # anything after [DONE]
+            self._fail(kinds.SSE_FRAMING, f"after [DONE]: {payload[:80]!r}")
             return
         if payload == b"[DONE]":
             self.done = True
@@ -92,10 +104,10 @@ class SseVerifier:
         try:
             chunk = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            self.errors.append(kinds.BAD_JSON)
+            self._fail(kinds.BAD_JSON, repr(payload[:120]))
             return
         if not isinstance(chunk, dict):
-            self.errors.append(kinds.BAD_JSON)
+            self._fail(kinds.BAD_JSON, repr(payload[:120]))
             return
         self._chunk(chunk, now)
 
@@ -109,29 +121,30 @@ class SseVerifier:
             elif line.startswith(b":") or line.startswith(_FIELDS):
                 continue
             else:
-                self.errors.append(kinds.SSE_FRAMING)
+                self._fail(kinds.SSE_FRAMING, repr(line[:80]))
                 return None
         return b"\n".join(data) if data else None
 
     def _chunk(self, chunk: dict[str, Any], now: float) -> None:
         if "error" in chunk:
-            self.errors.append(kinds.ERROR_EVENT)
+            err = chunk["error"]
+            self._fail(kinds.ERROR_EVENT, str(err.get("message") if isinstance(err, dict) else err))
             return
         choices = chunk.get("choices")
         if not isinstance(choices, list):
-            self.errors.append(kinds.BAD_JSON)
+            self._fail(kinds.BAD_JSON, "no choices list")
             return
         usage = chunk.get("usage")
         if usage is not None:
             if not isinstance(usage, dict):
-                self.errors.append(kinds.BAD_JSON)
+                self._fail(kinds.BAD_JSON, "usage is not an object")
             else:
                 self.usage = usage
         if not choices:
             return
         choice = choices[0]
         if not isinstance(choice, dict):
-            self.errors.append(kinds.BAD_JSON)
+            self._fail(kinds.BAD_JSON, "choices[0] is not an object")
             return
         finish = choice.get("finish_reason")
         if finish is not None:
@@ -139,7 +152,7 @@ class SseVerifier:
         if self._kind == "chat":
             delta = choice.get("delta")
             if not isinstance(delta, dict):
-                self.errors.append(kinds.BAD_JSON)
+                self._fail(kinds.BAD_JSON, "no delta object")
                 return
             content = delta.get("content")
             # The first chunk carries the role with content "": not a token.
@@ -152,35 +165,36 @@ class SseVerifier:
 
     def finish(self, body_complete: bool) -> list[str]:
         """The error kinds of the stream; `body_complete`: the HTTP body ended properly."""
-        errors = self.errors
-        if self._ignore or kinds.ERROR_EVENT in errors:
-            return errors
+        if self._err_body:
+            self.detail = f"{self.errors[0]}: {self._err_body.decode(errors='replace')}"  # body
+        if self._ignore or kinds.ERROR_EVENT in self.errors:
+            return self.errors
         if not body_complete:
-            errors.append(kinds.TRUNCATED)
-            return errors
+            self._fail(kinds.TRUNCATED, f"after {self.clock.tokens} tokens")
+            return self.errors
         if self._rest.strip():
-            errors.append(kinds.SSE_FRAMING)  # an unterminated event at the end
+            self._fail(kinds.SSE_FRAMING, f"unterminated event {self._rest[:80]!r}")
         if not self.done:
-            errors.append(kinds.MISSING_DONE)
+            self._fail(kinds.MISSING_DONE)
         if self.finish_reason is None:
-            errors.append(kinds.MISSING_FINISH)
+            self._fail(kinds.MISSING_FINISH)
         usage = self.usage
         if usage is None:
-            errors.append(kinds.MISSING_USAGE)
-            return errors
+            self._fail(kinds.MISSING_USAGE)
+            return self.errors
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")
         total = usage.get("total_tokens")
         if not (isinstance(prompt, int) and isinstance(completion, int) and isinstance(total, int)):
-            errors.append(kinds.BAD_JSON)
-            return errors
+            self._fail(kinds.BAD_JSON, f"usage {usage}")
+            return self.errors
         if prompt + completion != total:
-            errors.append(kinds.USAGE_SUM)
+            self._fail(kinds.USAGE_SUM, f"{prompt} + {completion} != {total}")
         if completion != self.clock.tokens:
-            errors.append(kinds.TOKEN_COUNT)
+            self._fail(kinds.TOKEN_COUNT, f"{self.clock.tokens} chunks, {completion} in usage")
         if self.expect_tokens is not None and completion != self.expect_tokens:
-            errors.append(kinds.MAX_TOKENS)
-        return errors
+            self._fail(kinds.MAX_TOKENS, f"{completion} tokens, max_tokens {self.expect_tokens}")
+        return self.errors
 
     @property
     def prompt_tokens(self) -> int:

@@ -54,7 +54,9 @@ class LinkSession:
                 if self.box.overflowed:
                     log.warning("link dropped: the gateway stopped reading")
                     return
-                yield self._build()
+                out = self._build()
+                if out.deltas or out.HasField("load"):
+                    yield out
         finally:
             for task in (reader, ticker):
                 task.cancel()

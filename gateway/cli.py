@@ -1,4 +1,4 @@
-"""The `shardgate` command: up, gateway, sidecar, check-config, bench."""
+"""The `shardgate` command: up, gateway, sidecar, check-config, bench, drill."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 import uvloop
 
 from bench import cli as bench_cli
+from drill import cli as drill_cli
 from engine_sidecar import cli as sidecar_cli
 from gateway import cluster
 from gateway.app import Gateway, validate_static
@@ -59,12 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check-config", help="validate a config file")
     c.add_argument("file")
     bench_cli.register(sub)
+    drill_cli.register(sub)
 
     args = p.parse_args(argv)
     if args.command == "sidecar":
         return sidecar_cli.run(args)
     if args.command == "bench":
         return bench_cli.run(args)
+    if args.command == "drill":
+        return drill_cli.run(args)
     path = args.file if args.command == "check-config" else args.config
     try:
         config = load(path)

@@ -40,14 +40,21 @@ def heartbeat_interval_s(settings: HealthSettings, announced_s: float) -> float:
 
 
 class HeartbeatMonitor:
-    """One sidecar's liveness. Starts DOWN: nothing is known until the first heartbeat."""
+    """One sidecar's liveness. Starts DOWN: nothing is known until the first heartbeat.
 
-    __slots__ = ("_down_s", "_last", "_suspect_s")
+    Heartbeats ride the link behind the deltas, so a busy link (or a busy gateway) delivers them
+    late. A link that keeps delivering other messages is alive: missing heartbeats then make the
+    sidecar SUSPECT (no new work while others are UP: its load is unknown), never DOWN. DOWN
+    (its streams migrate) needs the whole link silent for the down window.
+    """
+
+    __slots__ = ("_active", "_down_s", "_last", "_suspect_s")
 
     def __init__(self, settings: HealthSettings, interval_s: float) -> None:
         self._suspect_s = 0.0
         self._down_s = 0.0
         self._last: float | None = None
+        self._active: float | None = None
         self.configure(settings, interval_s)
 
     def configure(self, settings: HealthSettings, interval_s: float) -> None:
@@ -58,10 +65,16 @@ class HeartbeatMonitor:
     def beat(self, now: float) -> None:
         """A load report arrived."""
         self._last = now
+        self._active = now
+
+    def activity(self, now: float) -> None:
+        """Some other message (deltas) arrived on the link."""
+        self._active = now
 
     def lost(self) -> None:
         """The link closed: DOWN now, until the next heartbeat on a new link."""
         self._last = None
+        self._active = None
 
     def state(self, now: float) -> Health:
         last = self._last
@@ -69,6 +82,9 @@ class HeartbeatMonitor:
             return Health.DOWN
         silent = now - last
         if silent >= self._down_s:
+            active = self._active
+            if active is not None and now - active < self._down_s:
+                return Health.SUSPECT
             return Health.DOWN
         if silent >= self._suspect_s:
             return Health.SUSPECT
@@ -84,6 +100,9 @@ class HeartbeatMonitor:
             return last + self._suspect_s
         if now - last < self._down_s:
             return last + self._down_s
+        active = self._active
+        if active is not None and now - active < self._down_s:
+            return active + self._down_s
         return None
 
 

@@ -154,8 +154,15 @@ class Fleet:
         self.refresh()
 
     # -- assembly ----------------------------------------------------------------------------
+    def _note_activity(self) -> None:
+        for link in self.links:
+            monitor = self.monitors.get(link.name)
+            if monitor is not None and link.last_activity:
+                monitor.activity(link.last_activity)
+
     def refresh(self) -> None:
         """Assemble the replicas again; evacuate the requests of replicas that broke."""
+        self._note_activity()
         now = time.monotonic()
         snapshots = []
         states = {}
@@ -192,6 +199,7 @@ class Fleet:
         """Missed heartbeats turn sidecars SUSPECT, then DOWN, with no event to say so."""
         while True:
             await asyncio.sleep(_TICK_S)
+            self._note_activity()
             now = time.monotonic()
             for link in self.links:
                 monitor = self.monitors.get(link.name)

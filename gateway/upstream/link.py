@@ -62,6 +62,7 @@ class EngineLink:
         self.info: convert.EndpointInfo | None = None
         self.load: convert.Load | None = None
         self.last_heartbeat = 0.0  # time.monotonic() of the last load report
+        self.last_activity = 0.0  # time.monotonic() of the last other message
         self.connected = False
         self.listener: LinkListener | None = None
         self.streams: dict[int, DeltaTarget] = {}
@@ -236,3 +237,5 @@ class EngineLink:
                     self.last_heartbeat = time.monotonic()
                     if self.listener is not None:
                         self.listener.link_beat(self)
+                else:
+                    self.last_activity = loop.time()

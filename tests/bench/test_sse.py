@@ -135,8 +135,9 @@ def test_usage_that_does_not_add_up() -> None:
 
 def test_more_chunks_than_completion_tokens() -> None:
     evs = events(8, usage=Usage(prompt_tokens=12, completion_tokens=7))
-    errors, _ = verify(b"".join(evs), expect=None)
+    errors, v = verify(b"".join(evs), expect=None)
     assert errors == [kinds.TOKEN_COUNT]
+    assert v.detail == "token_count: 8 chunks, 7 in usage"
 
 
 def test_ignore_eos_but_fewer_tokens_than_max_tokens() -> None:
@@ -150,13 +151,15 @@ def test_an_error_event_mid_stream() -> None:
     evs = events(8)[:4]
     evs.append(b'data: {"error": {"message": "engine died", "code": 503}}\n\n')
     evs.append(b"data: [DONE]\n\n")
-    errors, _ = verify(b"".join(evs))
+    errors, v = verify(b"".join(evs))
     assert errors == [kinds.ERROR_EVENT]
+    assert v.detail == "error_event: engine died"
 
 
 def test_an_http_error_status() -> None:
-    errors, _ = verify(b'{"error": {"message": "no"}}', status=503)
+    errors, v = verify(b'{"error": {"message": "no"}}', status=503)
     assert errors == ["http_503"]
+    assert v.detail == 'http_503: {"error": {"message": "no"}}'
 
 
 def test_a_body_that_is_not_an_event_stream() -> None:

@@ -60,7 +60,7 @@ def results(ttft_s: float) -> list[Result]:
     for i in range(4):
         itls = array("d", [0.001] * 31)
         out.append(Result(i, i % 2, 10.0 + i, 10.5 + i, ttft_s, 32, 60, itls))
-    out.append(Result.failed(4, 1, 14.0, 14.1, "http_503"))
+    out.append(Result.failed(4, 1, 14.0, 14.1, "http_503", "http_503: queue full"))
     return out
 
 
@@ -89,6 +89,7 @@ def test_report_counts_and_latencies() -> None:
     assert [c.name for c in r.classes] == ["hi", "lo"]
     assert [c.requests.sent for c in r.classes] == [2, 3]
     assert r.classes[1].errors == {"http_503": 1}
+    assert r.error_samples == {"http_503": ["queue full"]}
 
 
 def test_report_json_schema_round_trips(tmp_path: Path) -> None:
@@ -130,3 +131,4 @@ def test_summary_names_the_scenario_and_figures() -> None:
     text = compare.summary(build(0.01))
     assert text.startswith("t: http chat closed loop, concurrency 1, 5 requests")
     assert "output tokens/s" in text
+    assert text.endswith("e.g. http_503: queue full")

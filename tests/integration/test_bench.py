@@ -87,6 +87,20 @@ async def test_engine_direct_verifies_every_stream(cluster: Cluster) -> None:
     assert_all_verified(await run(target, sc), 20)
 
 
+@pytest.mark.parametrize("api", ["http", "grpc"])
+async def test_gateway_errors_are_counted_by_kind_with_a_sample(cluster: Cluster, api: str) -> None:
+    sc = scenario(model="no-such-model", requests=3, concurrency=1, api=api)
+    target = (
+        OpenAITarget(cluster.http_url, sc)
+        if api == "http"
+        else GatewayTarget(cluster.grpc_target, sc)
+    )
+    r = await run(target, sc)
+    kind = "http_404" if api == "http" else "grpc_not_found"
+    assert r.errors == {kind: 3}
+    assert "no-such-model" in r.error_samples[kind][0]
+
+
 async def test_refused_connections_are_counted_not_raised() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

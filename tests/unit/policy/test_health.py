@@ -52,6 +52,21 @@ Event = tuple[object, ...]
             [("beat", 0.0), ("lost", 0.5), ("at", 0.5, DOWN), ("beat", 0.7), ("at", 0.7, UP)],
             id="link closed: down at once, back on the next beat",
         ),
+        pytest.param(
+            [
+                ("beat", 0.0),
+                ("active", 4.0),
+                ("at", 5.0, SUSPECT),
+                ("active", 8.5),
+                ("at", 13.4, SUSPECT),
+                ("at", 13.5, DOWN),
+            ],
+            id="deltas without heartbeats: suspect, down only once the link is silent",
+        ),
+        pytest.param(
+            [("beat", 0.0), ("active", 4.0), ("lost", 4.5), ("at", 4.5, DOWN)],
+            id="link closed while active: down",
+        ),
     ],
 )
 def test_transitions(events: list[Event]) -> None:
@@ -59,6 +74,8 @@ def test_transitions(events: list[Event]) -> None:
     for e in events:
         if e[0] == "beat":
             m.beat(float(e[1]))  # type: ignore[arg-type]
+        elif e[0] == "active":
+            m.activity(float(e[1]))  # type: ignore[arg-type]
         elif e[0] == "lost":
             m.lost()
         else:
