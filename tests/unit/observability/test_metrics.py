@@ -12,7 +12,7 @@ from gateway.observability import (
 )
 from gateway.observability.histogram import LoopHistogram
 from gateway.observability.metrics import ITL_BUCKETS, TTFT_BUCKETS
-from tests.unit.observability._scrape import Series, names, parse, value
+from tests.unit.observability._scrape import Series, parse, value
 
 PRICING = Pricing(
     models={"llama": ModelPrice(prompt_per_1k_usd=0.5, completion_per_1k_usd=1.5)},
