@@ -43,6 +43,9 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     first_token_timeout_s: Seconds = 60.0
     # Deltas a slow client may have pending before they are merged into one.
     max_pending_deltas: Annotated[int, msgspec.Meta(gt=0)] = 1024
+    # Token frames go from the link reader straight to the client's socket while it keeps up
+    # (false: every frame through the request's own task).
+    direct_writes: bool = True
     # SSE comments sent to streaming clients while their request waits in a queue.
     keepalive_s: Seconds = 5.0
     # On SIGTERM: in-flight requests get this long to finish; sidecars removed by a reload

@@ -8,6 +8,7 @@ bounded and the link never waits for a client.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from gateway.types import Delta, Finish, GatewayError
 
@@ -29,10 +30,12 @@ def merge(deltas: list[Delta]) -> Delta:
 
 
 class ResponseStream:
-    __slots__ = ("_waiter", "done", "error", "max_pending", "pending")
+    __slots__ = ("_waiter", "done", "error", "max_pending", "pending", "sink")
 
     def __init__(self, max_pending: int) -> None:
         self.pending: list[Delta] = []
+        # Takes a delta straight to the client when it can (True), or leaves it to `take`.
+        self.sink: Callable[[Delta], bool] | None = None
         self.max_pending = max_pending
         self.done = False
         self.error: GatewayError | None = None
@@ -40,6 +43,9 @@ class ResponseStream:
 
     def push(self, delta: Delta) -> None:
         pending = self.pending
+        sink = self.sink
+        if sink is not None and not pending and sink(delta):
+            return
         pending.append(delta)
         if delta.finish is not Finish.NONE:
             self.done = True

@@ -22,6 +22,7 @@ from shardgate.v1 import engine_pb2_grpc as pb_grpc
 
 from gateway.config.schema import LinkSettings
 from gateway.policy.health import reconnect_delay_s
+from gateway.runtime.flush import FLUSHER
 from gateway.types import Delta, Finish, GatewayError, GenerationRequest, Unavailable
 from gateway.upstream import convert
 
@@ -232,6 +233,7 @@ class EngineLink:
                             d.completion_tokens,
                         )
                     )
+                FLUSHER.flush()
                 if msg.HasField("load"):
                     self.load = convert.load(msg.load)
                     self.last_heartbeat = time.monotonic()

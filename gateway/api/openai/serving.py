@@ -9,6 +9,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.api.openai import encode
+from gateway.api.openai.direct import DirectSink
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
@@ -148,9 +149,14 @@ class OpenAIServing:
         enc = encode.ChunkEncoder(req.request_id, req.model, int(time.time()), kind)
         buf = bytearray(enc.role_chunk())
         tally = Tally()
+        transport = request.transport
+        sink = None
+        if self.settings.direct_writes and transport is not None:
+            chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
+            sink = DirectSink(transport, chunked, enc, tally)
         try:
             async with asyncio.timeout_at(deadline):
-                await self._relay(resp, gen, enc, batch, buf, tally)
+                await self._relay(resp, gen, enc, batch, buf, tally, sink)
         except (GatewayError, TimeoutError) as e:
             err = e if isinstance(e, GatewayError) else GatewayTimeout("Deadline passed.")
             # The stream already started: the error travels as an SSE event, with the usage
@@ -177,9 +183,32 @@ class OpenAIServing:
         batch: list[Delta],
         buf: bytearray,
         tally: Tally,
+        sink: DirectSink | None,
     ) -> None:
-        """Write the generation's chunks as they come (the hot loop)."""
+        """Write the generation's chunks as they come: straight from the link reader through
+        the sink while the client keeps up, here (awaiting the socket) when it does not."""
+        out = gen.out
+        try:
+            await OpenAIServing._relay_loop(resp, gen, enc, batch, buf, tally, sink)
+        finally:
+            out.sink = None
+            if sink is not None:
+                sink.flush()
+
+    @staticmethod
+    async def _relay_loop(
+        resp: web.StreamResponse,
+        gen: Job,
+        enc: encode.ChunkEncoder,
+        batch: list[Delta],
+        buf: bytearray,
+        tally: Tally,
+        sink: DirectSink | None,
+    ) -> None:
+        out = gen.out
         while batch:
+            if sink is not None:
+                sink.flush()  # frames it buffered go out before anything written here
             for d in batch:
                 if d.token_ids or d.text:
                     enc.token_chunk_into(buf, d.text)
@@ -189,4 +218,6 @@ class OpenAIServing:
             if buf:
                 await resp.write(bytes(buf))
                 buf.clear()
+            if sink is not None:
+                out.sink = sink  # everything taken is written: later tokens may go direct
             batch = await gen.take()
