@@ -19,7 +19,6 @@ from gateway.types import (
     FINISH_REASON,
     Finish,
     GatewayError,
-    GatewayTimeout,
     GenerationRequest,
     InvalidRequest,
     Message,
@@ -123,13 +122,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         counted = 0
         prompt = cached = 0
         try:
-            try:
-                first = min(deadline, loop.time() + self.settings.first_token_timeout_s)
-                async with asyncio.timeout_at(first):
-                    batch = await gen.take()
-            except TimeoutError:
-                timed_out = True
-                raise GatewayTimeout("Timed out waiting for the engine to start.") from None
+            batch = await gen.first_batch(deadline, self.settings.first_token_timeout_s)
             initial = [("x-request-id", req.request_id), *gen.headers]
             if gen.first_replica:
                 initial.append(("x-shardgate-replica", gen.first_replica))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway import tasks
 from gateway.config.loader import ConfigError, parse
 from gateway.config.schema import Config
 
@@ -98,13 +99,8 @@ class Reloader:
         self._task = asyncio.create_task(self._watch(interval_s), name="config-watch")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        task, self._task = self._task, None
+        await tasks.stop(task)
 
     async def _watch(self, interval_s: float) -> None:
         while True:

@@ -7,13 +7,14 @@ Failures go to the job's owner, which retries, migrates or ends the request.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.runtime.stream import ResponseStream
-from gateway.types import Delta, Finish, GatewayError, GenerationRequest
+from gateway.types import Delta, Finish, GatewayError, GatewayTimeout, GenerationRequest
 
 if TYPE_CHECKING:
     from gateway.policy.admission import Admitted
@@ -64,6 +65,7 @@ class Job:
         "state",
         "tenant",
         "ticket",
+        "timed_out",
         "waiter",
     )
 
@@ -102,6 +104,7 @@ class Job:
         self.finish = Finish.NONE
         # How it ended (an Outcome value of the metrics), set by whoever ends it.
         self.outcome = ""
+        self.timed_out = False
         self.observe_itl: Callable[[float], None] | None = None
         self.ticket: Admitted | None = None  # the admission ticket, settled when done
         self.waiter: Waiter[Job] | None = None  # its place in the pool's queue
@@ -144,10 +147,21 @@ class Job:
     async def take(self) -> list[Delta]:
         return await self.out.take()
 
+    async def first_batch(self, deadline: float, timeout_s: float) -> list[Delta]:
+        """The first output (tokens, an error, or a keep-alive while queued), waiting at most
+        `timeout_s` and never past the request's `deadline` (loop time)."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(min(deadline, loop.time() + timeout_s)):
+                return await self.out.take()
+        except TimeoutError:
+            self.timed_out = True
+            raise GatewayTimeout("Timed out waiting for the engine to start.") from None
+
     def close(self, timed_out: bool = False) -> None:
         """The client is done with the request (finished, failed, gone or out of time)."""
         if self.state is not State.DONE:
-            self.owner.failed(self, ClientGone(timed_out))
+            self.owner.failed(self, ClientGone(timed_out or self.timed_out))
 
 
 _clock = time.monotonic

@@ -10,11 +10,11 @@ place, to resume later from prompt + tokens so far. Its client sees a pause, nev
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
 
+from gateway import tasks
 from gateway.config.tenants import SchedulingConfig
 from gateway.policy.preemption import Preemption
 from gateway.policy.priority_queue import Overflow, PriorityQueue, Waiter
@@ -226,11 +226,8 @@ class Scheduler:
         self._task = asyncio.create_task(self._tick(), name="scheduler")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await tasks.stop(task)
 
     async def _tick(self) -> None:
         last_keepalive = self._clock()

@@ -20,6 +20,7 @@ import grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
 
+from gateway import tasks
 from gateway.config.schema import LinkSettings
 from gateway.policy.health import reconnect_delay_s
 from gateway.runtime.flush import FLUSHER
@@ -119,11 +120,8 @@ class EngineLink:
         return True
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await tasks.stop(task)
 
     async def _run(self) -> None:
         rng = random.Random()

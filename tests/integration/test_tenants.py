@@ -159,9 +159,13 @@ def test_higher_class_starts_before_lower_classes_that_arrived_earlier(cluster: 
         assert n == tokens
         starts[name] = first
 
-    blocker = threading.Thread(target=run, args=("blocker", "sk-hi", 600))
-    blocker.start()
-    time.sleep(0.3)  # the blocker holds the only slot; class 10 cannot be preempted by 10
+    def run_blocker(seen: Any) -> None:
+        _, n, first = stream_text(cluster, "sk-hi", 600, on_chunk=seen)
+        assert n == 600
+        starts["blocker"] = first
+
+    # The blocker holds the only slot; class 10 cannot be preempted by 10.
+    blocker = start_blocker(cluster, 600, run_blocker)
     lows = [threading.Thread(target=run, args=(f"lo{i}", "sk-lo", 60)) for i in range(2)]
     for t in lows:
         t.start()
@@ -200,10 +204,27 @@ def test_preempted_stream_pauses_and_resumes_with_identical_text(cluster: Cluste
     assert sum(pool.preemptions.values()) == before + 1
 
 
+def start_blocker(cluster: Cluster, tokens: int, run: Any = None) -> threading.Thread:
+    """A class-10 stream holding the pool's only slot, started (first token seen)."""
+    started = threading.Event()
+
+    def go() -> None:
+        def seen(i: int) -> None:
+            started.set()
+
+        if run is None:
+            stream_text(cluster, "sk-hi", tokens, on_chunk=seen)
+        else:
+            run(seen)
+
+    t = threading.Thread(target=go)
+    t.start()
+    assert started.wait(30)
+    return t
+
+
 def test_queue_bounds_reject_and_nothing_hangs(cluster: Cluster) -> None:
-    blocker = threading.Thread(target=stream_text, args=(cluster, "sk-hi", 800))
-    blocker.start()
-    time.sleep(0.3)
+    blocker = start_blocker(cluster, 800)
     outcome: dict[str, BaseException] = {}
 
     def queued() -> None:

@@ -92,13 +92,7 @@ class OpenAIServing:
         deadline = loop.time() + self.settings.request_timeout_s
         timed_out = False
         try:
-            try:
-                first = min(deadline, loop.time() + self.settings.first_token_timeout_s)
-                async with asyncio.timeout_at(first):
-                    batch = await gen.take()
-            except TimeoutError:
-                timed_out = True
-                raise GatewayTimeout("Timed out waiting for the engine to start.") from None
+            batch = await gen.first_batch(deadline, self.settings.first_token_timeout_s)
             out_headers = dict(gen.headers)
             if gen.first_replica:
                 out_headers["x-shardgate-replica"] = gen.first_replica
@@ -156,7 +150,12 @@ class OpenAIServing:
             sink = DirectSink(transport, chunked, enc, tally)
         try:
             async with asyncio.timeout_at(deadline):
-                await self._relay(resp, gen, enc, batch, buf, tally, sink)
+                try:
+                    await self._relay(resp, gen, enc, batch, buf, tally, sink)
+                finally:
+                    gen.out.sink = None
+                    if sink is not None:
+                        sink.flush()
         except (GatewayError, TimeoutError) as e:
             err = e if isinstance(e, GatewayError) else GatewayTimeout("Deadline passed.")
             # The stream already started: the error travels as an SSE event, with the usage
@@ -187,24 +186,6 @@ class OpenAIServing:
     ) -> None:
         """Write the generation's chunks as they come: straight from the link reader through
         the sink while the client keeps up, here (awaiting the socket) when it does not."""
-        out = gen.out
-        try:
-            await OpenAIServing._relay_loop(resp, gen, enc, batch, buf, tally, sink)
-        finally:
-            out.sink = None
-            if sink is not None:
-                sink.flush()
-
-    @staticmethod
-    async def _relay_loop(
-        resp: web.StreamResponse,
-        gen: Job,
-        enc: encode.ChunkEncoder,
-        batch: list[Delta],
-        buf: bytearray,
-        tally: Tally,
-        sink: DirectSink | None,
-    ) -> None:
         out = gen.out
         while batch:
             if sink is not None:
