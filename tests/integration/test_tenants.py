@@ -169,7 +169,12 @@ def test_higher_class_starts_before_lower_classes_that_arrived_earlier(cluster: 
     lows = [threading.Thread(target=run, args=(f"lo{i}", "sk-lo", 60)) for i in range(2)]
     for t in lows:
         t.start()
-    time.sleep(0.3)
+    assert cluster.gateway is not None
+    queue = cluster.gateway.scheduler.pools["sim-llama"].queue
+    deadline = time.monotonic() + 20
+    while len(queue) < 2:  # both lows wait before any high arrives
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     highs = [threading.Thread(target=run, args=(f"hi{i}", "sk-hi", 60)) for i in range(2)]
     for t in highs:
         t.start()
