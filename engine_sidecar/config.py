@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from engine_sidecar.backends.sim.config import SimConfig
+from engine_sidecar.backends.triton.config import TritonConfig
+from engine_sidecar.backends.vllm.config import VllmConfig
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
@@ -16,12 +18,16 @@ class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     name: str = "sidecar"
     host: str = "127.0.0.1"
     port: Port = 50061
-    backend: Literal["sim"] = "sim"
+    backend: Literal["sim", "vllm", "triton"] = "sim"
     sim: SimConfig = SimConfig()
+    vllm: VllmConfig | None = None
+    triton: TritonConfig | None = None
     # Shard group: a replica spanning several sidecars (TP/PP across nodes).
     group: str = ""
     rank: Annotated[int, msgspec.Meta(ge=0)] = 0
     world_size: Annotated[int, msgspec.Meta(ge=1)] = 1
+    # Prometheus /metrics (vLLM-style names) on this port of `host`; absent: off.
+    metrics_port: Port | None = None
     heartbeat_interval_s: PositiveFloat = 0.5
     drain_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     # Let drills change faults at run time through the SetFaults RPC.
@@ -32,6 +38,8 @@ class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     def __post_init__(self) -> None:
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} must be below world_size {self.world_size}")
+        if self.backend != "sim" and getattr(self, self.backend) is None:
+            raise ValueError(f"backend {self.backend!r} needs a `{self.backend}:` section")
 
 
 def decode(obj: Any, path: str = "") -> SidecarConfig:

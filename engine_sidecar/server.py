@@ -14,6 +14,7 @@ from engine_sidecar.backend import Backend
 from engine_sidecar.backends.sim import SimBackend
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.hub import Hub
+from engine_sidecar.metrics import SidecarMetrics
 from engine_sidecar.servicer import EngineServicer
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,21 @@ SERVICE_NAME = "shardgate.engine.v1.Engine"
 
 
 def make_backend(config: SidecarConfig) -> Backend:
+    # Real engines are imported only when asked for: the sim sidecar needs neither.
     if config.backend == "sim":
         return SimBackend(config.sim)
+    if config.backend == "vllm" and config.vllm is not None:
+        if config.rank > 0:
+            from engine_sidecar.backends.vllm.headless import HeadlessWorkers
+
+            return HeadlessWorkers(config.vllm, rank=config.rank, world_size=config.world_size)
+        from engine_sidecar.backends.vllm.backend import VllmBackend
+
+        return VllmBackend(config.vllm, rank=config.rank, world_size=config.world_size)
+    if config.backend == "triton" and config.triton is not None:
+        from engine_sidecar.backends.triton.backend import TritonBackend
+
+        return TritonBackend(config.triton)
     raise ValueError(f"unknown backend {config.backend!r}")
 
 
@@ -40,6 +54,8 @@ class Sidecar:
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)]
         )
         self.port = 0
+        self.metrics_port = 0
+        self._metrics: SidecarMetrics | None = None
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -50,6 +66,16 @@ class Sidecar:
             raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
         await self.backend.start(self.hub.sink)
         await self.server.start()
+        if self.config.metrics_port is not None:
+            self._metrics = SidecarMetrics(
+                self.backend.load,
+                self.backend.info().models[0].name,
+                links=lambda: self.servicer.links,
+                inflight=lambda: self.hub.inflight,
+            )
+            self.metrics_port = await self._metrics.start(
+                self.config.host, self.config.metrics_port
+            )
         await self._set_serving(True)
         self._watch = asyncio.create_task(self._watch_engine())
         log.info("sidecar %s serving on %s:%d", self.config.name, self.config.host, self.port)
@@ -87,6 +113,8 @@ class Sidecar:
                 await self._watch
         await self.backend.stop()
         await self.server.stop(1.0)
+        if self._metrics is not None:
+            await self._metrics.stop()
 
 
 async def serve(config: SidecarConfig, stop: asyncio.Event) -> None:

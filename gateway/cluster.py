@@ -19,6 +19,7 @@ from gateway.config.schema import Config, SidecarEndpoint
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+UP_WAIT_S = 300.0
 
 
 def _die_with_parent() -> None:
@@ -106,10 +107,11 @@ async def up(
     try:
         sidecars.start()
         await gw.start()
-        if await gw.fleet.wait_connected(60.0):
+        # Real engines can take minutes to start (vLLM loads weights and warms up).
+        if await gw.fleet.wait_connected(UP_WAIT_S):
             print(banner(gw), flush=True)
         else:
-            log.error("not every sidecar connected within 60 s; serving what is up")
+            log.error("not every sidecar connected within %.0f s; serving what is up", UP_WAIT_S)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)

@@ -99,6 +99,7 @@ class HttpApi:
     ) -> None:
         self._gateway = gateway
         self._fleet = fleet
+        self._service = service
         self._metrics = metrics
         self.settings = settings
         self.serving = OpenAIServing(service, settings)
@@ -158,7 +159,12 @@ class HttpApi:
         return web.json_response({"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        for address, state in self._fleet.replica_states().items():
+        now = time.monotonic()
+        outliers = self._service.scheduler.supervisor.outliers
+        for r in self._fleet.assembly.replicas:
+            self._metrics.known_replica(r.name)
+        states = self._fleet.replica_states(lambda name: outliers.is_ejected(name, now))
+        for address, state in states.items():
             self._metrics.set_replica_state(address, state)
         body, content_type = self._metrics.render()
         resp = web.Response(body=body)

@@ -294,13 +294,16 @@ class GatewayMetrics:
     def retried(self, model: str) -> None:
         self._retries.labels(self._model(model)).inc()
 
+    def known_replica(self, replica: str) -> None:
+        """Its ejection counter exists (at 0) before the first ejection."""
+        self._ejections.labels(replica)
+
     def ejected(self, replica: str) -> None:
-        """`replica` is a configured sidecar name (a closed set)."""
+        """`replica` is a replica's name (a sidecar, or a shard group, from config)."""
         self._ejections.labels(replica).inc()
 
     def set_replica_state(self, replica: str, state: ReplicaState) -> None:
         self._replica_state.labels(replica).set(int(state))
-        self._ejections.labels(replica)  # 0 until the first ejection
 
     def forget_replica(self, replica: str) -> None:
         """A sidecar left the config: drop its series."""

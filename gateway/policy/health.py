@@ -71,6 +71,14 @@ class HeartbeatMonitor:
         """Some other message (deltas) arrived on the link."""
         self._active = now
 
+    def forgive(self, seconds: float) -> None:
+        """The gateway itself was stalled this long (a paused process, a saturated loop): the
+        silence it could not hear is not the sidecar's."""
+        if self._last is not None:
+            self._last += seconds
+        if self._active is not None:
+            self._active += seconds
+
     def lost(self) -> None:
         """The link closed: DOWN now, until the next heartbeat on a new link."""
         self._last = None

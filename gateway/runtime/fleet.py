@@ -196,11 +196,21 @@ class Fleet:
             target.fail(Unavailable(why))
 
     async def _tick(self) -> None:
-        """Missed heartbeats turn sidecars SUSPECT, then DOWN, with no event to say so."""
+        """Missed heartbeats turn sidecars SUSPECT, then DOWN, with no event to say so.
+
+        When the tick itself comes late, the gateway was stalled (paused, or its loop saturated)
+        and heartbeats may sit unread behind it: that much silence is forgiven, so a stall of
+        the gateway never takes healthy sidecars down."""
+        expected = time.monotonic() + _TICK_S
         while True:
             await asyncio.sleep(_TICK_S)
-            self._note_activity()
             now = time.monotonic()
+            lag = now - expected
+            expected = now + _TICK_S
+            if lag > _TICK_S:
+                for stalled in self.monitors.values():
+                    stalled.forgive(lag)
+            self._note_activity()
             for link in self.links:
                 monitor = self.monitors.get(link.name)
                 if monitor is None or not link.connected:
@@ -250,16 +260,19 @@ class Fleet:
             link.address: now - link.last_heartbeat for link in self.links if link.last_heartbeat
         }
 
-    def replica_states(self) -> dict[str, ReplicaState]:
-        """Each sidecar's state as the metrics show it."""
+    def replica_states(self, ejected: Callable[[str], bool]) -> dict[str, ReplicaState]:
+        """Each sidecar's state as the metrics show it (by address); `ejected(replica name)`."""
+        names = {m: r.name for r in self.assembly.replicas for m in r.members}
         out = {}
         for link in self.links:
             health = self._states.get(link.name, Health.DOWN)
-            out[link.address] = (
-                ReplicaState.DOWN
-                if health is Health.DOWN
-                else ReplicaState.SUSPECT
-                if health is Health.SUSPECT
-                else ReplicaState.UP
-            )
+            replica = names.get(link.name)
+            if replica is not None and ejected(replica):
+                out[link.address] = ReplicaState.EJECTED
+            elif health is Health.DOWN:
+                out[link.address] = ReplicaState.DOWN
+            elif health is Health.SUSPECT:
+                out[link.address] = ReplicaState.SUSPECT
+            else:
+                out[link.address] = ReplicaState.UP
         return out

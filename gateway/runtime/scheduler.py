@@ -58,7 +58,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fleet = fleet
-        self._supervisor = supervisor
+        self.supervisor = supervisor
         self._scheduling = scheduling
         self._caps = dict(capacity_caps)
         self._preemption = Preemption(scheduling)
@@ -148,7 +148,7 @@ class Scheduler:
         if not job.started_at and self.on_queue_wait is not None:
             self.on_queue_wait(job, now - job.arrival)
         job.started_at = now
-        if self._supervisor.place(job):
+        if self.supervisor.place(job):
             pool.running.add(job)
             return
         job.outcome = "rejected:no_replica"
@@ -156,7 +156,7 @@ class Scheduler:
 
     def _preempt(self, pool: Pool, job: Job, resume: bool, now: float) -> None:
         pool.running.discard(job)
-        self._supervisor.abort(job)
+        self.supervisor.abort(job)
         job.preemptions += 1
         pool.preemptions[job.priority] = pool.preemptions.get(job.priority, 0) + 1
         if not resume:
@@ -175,7 +175,7 @@ class Scheduler:
 
     # -- a job's outcomes (the Owner protocol) -----------------------------------------------
     def finished(self, job: Job) -> None:
-        self._supervisor.succeeded(job)
+        self.supervisor.succeeded(job)
         pool = self._pool(job.request.model)
         pool.running.discard(job)
         self._done(job)
@@ -188,13 +188,13 @@ class Scheduler:
         if isinstance(error, ClientGone):
             if job.waiter is not None and job.waiter.queued:
                 pool.queue.remove(job.waiter)
-            self._supervisor.abort(job)
+            self.supervisor.abort(job)
             job.outcome = "timeout" if error.timed_out else "client_gone"
             self._end(pool, job, None)
             return
         if job.state is not State.RUNNING:
             return  # a late failure of an attempt that was already preempted
-        if self._supervisor.recover(job, error):
+        if self.supervisor.recover(job, error):
             return
         job.outcome = "error"
         self._end(pool, job, error)

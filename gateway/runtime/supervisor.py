@@ -56,9 +56,9 @@ class Supervisor:
         self.router = router
 
     # -- placement -----------------------------------------------------------------------
-    def place(self, job: Job, avoid_tried: bool = False) -> bool:
+    def place(self, job: Job, avoid: tuple[str, ...] = ()) -> bool:
         """Submit the job (resuming after its generated tokens) on the replica the router
-        picks; after a failure, one it has not tried."""
+        picks, other than those in `avoid` (the one that just failed it)."""
         now = self._clock()
         pool = self._fleet.pool(job.request.model)
         if not pool:
@@ -66,8 +66,7 @@ class Supervisor:
         if job.features is None:
             job.features = self.router.features(job.request)
             job.attempts = self.retry.start(now)
-        exclude = job.attempts.tried if avoid_tried and job.attempts is not None else ()
-        replica = self.router.profile.route(job.features, pool, now, exclude)
+        replica = self.router.profile.route(job.features, pool, now, avoid)
         if replica is None:
             return False
         link = self._fleet.by_name.get(replica.head)
@@ -96,6 +95,7 @@ class Supervisor:
         if not isinstance(error, RETRIABLE):
             return False
         now = self._clock()
+        failed = (job.replica,) if job.replica else ()
         if job.replica:
             pool = self._fleet.assembly.pool_names.get(job.request.model, frozenset())
             if self.outliers.failure(job.replica, now, pool) is not None:
@@ -110,7 +110,7 @@ class Supervisor:
                 return False
             job.migrations += 1
             self.migrations += 1
-            moved = self.place(job, avoid_tried=True)
+            moved = self.place(job, failed)
             log.warning(
                 "request %s: %s after %d tokens; %s",
                 job.request.request_id,
@@ -123,7 +123,7 @@ class Supervisor:
             return False
         job.retries += 1
         self.retries += 1
-        return self.place(job, avoid_tried=True)
+        return self.place(job, failed)
 
     def abort(self, job: Job) -> None:
         """Stop the job's current attempt on its engine (no delta follows)."""

@@ -229,3 +229,23 @@ async def test_set_faults_stops_heartbeats_and_hangs_the_engine() -> None:
             call.cancel()
     finally:
         await s.stop(0.5)
+
+
+async def test_sidecar_serves_vllm_style_metrics() -> None:
+    s = Sidecar(SidecarConfig(name="m", port=0, metrics_port=0, sim=SimConfig(profile="fast")))
+    await s.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as ch:
+            deltas = [d async for d in pb_grpc.EngineStub(ch).Generate(submit(0, 7), timeout=20)]
+            assert sum(len(d.token_ids) for d in deltas) == 7
+        reader, writer = await asyncio.open_connection("127.0.0.1", s.metrics_port)
+        writer.write(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        raw = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        await writer.wait_closed()
+        text = raw.partition(b"\r\n\r\n")[2].decode()
+        assert 'vllm:generation_tokens_total{model_name="sim-llama"} 7.0' in text
+        assert 'vllm:num_requests_running{model_name="sim-llama"} 0.0' in text
+        assert "vllm:kv_cache_usage_perc" in text
+    finally:
+        await s.stop(0.5)

@@ -67,6 +67,10 @@ Event = tuple[object, ...]
             [("beat", 0.0), ("active", 4.0), ("lost", 4.5), ("at", 4.5, DOWN)],
             id="link closed while active: down",
         ),
+        pytest.param(
+            [("beat", 0.0), ("forgive", 3.0), ("at", 4.9, UP), ("at", 5.0, SUSPECT)],
+            id="a stalled gateway forgives the silence it could not hear",
+        ),
     ],
 )
 def test_transitions(events: list[Event]) -> None:
@@ -74,6 +78,8 @@ def test_transitions(events: list[Event]) -> None:
     for e in events:
         if e[0] == "beat":
             m.beat(float(e[1]))  # type: ignore[arg-type]
+        elif e[0] == "forgive":
+            m.forgive(float(e[1]))  # type: ignore[arg-type]
         elif e[0] == "active":
             m.activity(float(e[1]))  # type: ignore[arg-type]
         elif e[0] == "lost":

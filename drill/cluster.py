@@ -1,0 +1,161 @@
+"""The drilled cluster's processes: launched by the drill, or found in a running cluster.
+
+`LocalCluster` starts each sidecar of the config that has a `launch` section
+(`python -m engine_sidecar --config-json ...`) and the gateway (`shardgate gateway --config ...`)
+as separate child processes, so that single sidecars can be killed, stopped and restarted.
+`AttachedCluster` only finds the sidecars' processes by their listening ports: it may stop and
+continue them (never kill them: it could not start them again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Protocol
+
+from drill.pids import pid_listening_on
+from drill.procs import Child, stop_all
+from gateway.cluster import launch_config
+from gateway.config.schema import Config
+
+log = logging.getLogger(__name__)
+
+
+class Controls(Protocol):
+    """What fault injection may do to a sidecar's process, by the sidecar's config name."""
+
+    def can_signal(self, name: str) -> bool: ...
+
+    def can_restart(self, name: str) -> bool: ...
+
+    def send(self, name: str, sig: signal.Signals) -> None: ...
+
+    def kill(self, name: str) -> None: ...
+
+    def restart(self, name: str) -> None: ...
+
+    def release(self) -> None:
+        """Always called at the end: continue what is stopped, stop what the drill started."""
+
+
+def port_of(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def busy_ports(config: Config) -> list[str]:
+    """The addresses a local cluster of `config` would listen on that are taken already."""
+    g = config.gateway
+    wanted = [(g.http.host, g.http.port), (g.grpc.host, g.grpc.port)]
+    wanted += [
+        (e.address.rpartition(":")[0], port_of(e.address)) for e in config.sidecars if e.launch
+    ]
+    busy = []
+    for host, port in wanted:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                busy.append(f"{host}:{port}")
+    return busy
+
+
+class LocalCluster:
+    def __init__(self, config_path: str, config: Config, log_dir: Path, log_level: str) -> None:
+        self.sidecars: dict[str, Child] = {}
+        for e in config.sidecars:
+            if e.launch is None:
+                continue
+            argv = [
+                sys.executable,
+                "-m",
+                "engine_sidecar",
+                "--config-json",
+                json.dumps(launch_config(e)),
+                "--log-level",
+                log_level,
+            ]
+            self.sidecars[e.name] = Child(e.name, argv, log_dir / f"{e.name}.log")
+        gateway_argv = [
+            sys.executable,
+            "-m",
+            "gateway",
+            "gateway",
+            "--config",
+            config_path,
+            "--log-level",
+            log_level,
+        ]
+        self.gateway = Child("gateway", gateway_argv, log_dir / "gateway.log")
+
+    def start(self) -> None:
+        for child in self.sidecars.values():
+            child.start()
+        self.gateway.start()
+
+    def dead(self) -> list[str]:
+        """Children that exited although the drill did not stop them."""
+        return [c.name for c in (*self.sidecars.values(), self.gateway) if not c.alive]
+
+    def can_signal(self, name: str) -> bool:
+        return name in self.sidecars
+
+    def can_restart(self, name: str) -> bool:
+        return name in self.sidecars
+
+    def send(self, name: str, sig: signal.Signals) -> None:
+        self.sidecars[name].signal(sig)
+
+    def kill(self, name: str) -> None:
+        self.sidecars[name].kill()
+
+    def restart(self, name: str) -> None:
+        self.sidecars[name].start()
+
+    def release(self) -> None:
+        stop_all([self.gateway, *self.sidecars.values()])
+
+
+class AttachedCluster:
+    def __init__(self, config: Config) -> None:
+        self._pids: dict[str, int] = {}
+        gateway_pid = pid_listening_on(config.gateway.http.port)
+        for e in config.sidecars:
+            pid = pid_listening_on(port_of(e.address))
+            if pid is None or pid == gateway_pid:
+                log.info("no process of its own found for %s: signals are off for it", e.name)
+                continue
+            self._pids[e.name] = pid
+        self._stopped: set[int] = set()
+
+    def can_signal(self, name: str) -> bool:
+        return name in self._pids
+
+    def can_restart(self, name: str) -> bool:
+        return False
+
+    def send(self, name: str, sig: signal.Signals) -> None:
+        pid = self._pids[name]
+        os.kill(pid, sig)
+        if sig is signal.SIGSTOP:
+            self._stopped.add(pid)
+        elif sig is signal.SIGCONT:
+            self._stopped.discard(pid)
+
+    def kill(self, name: str) -> None:
+        raise RuntimeError("an attached drill does not kill processes it cannot restart")
+
+    def restart(self, name: str) -> None:
+        raise RuntimeError("an attached drill cannot restart processes")
+
+    def release(self) -> None:
+        for pid in self._stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self._stopped.clear()

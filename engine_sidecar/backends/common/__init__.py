@@ -1,0 +1,1 @@
+"""Pieces the real-engine backends share: step batching, prompts, usage, detokenisation."""

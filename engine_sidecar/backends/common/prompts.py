@@ -1,0 +1,98 @@
+"""Request validation and prompt token ids for engines that take token ids.
+
+`prepare` refuses a bad request with a RequestError naming the field at fault (the same checks
+and messages as the sim backend), and returns what the engine runs: the prompt, followed by the
+resumed tokens, with max_tokens reduced by their number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
+from engine_sidecar.backends.common.tokenizer import HfTokenizer
+
+_BAD = ErrorCode.INVALID_ARGUMENT
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    model: str
+    max_model_len: int
+    loras: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    prompt_ids: list[int]  # the prompt as the client sent it (usage counts these)
+    engine_ids: list[int]  # prompt + resumed tokens: what the engine is given
+    max_tokens: int  # tokens left to generate
+    resumed: int  # tokens an earlier run generated
+
+
+def too_long(max_len: int, prompt: int, completion: int, what: str) -> str:
+    total = prompt + completion
+    return (
+        f"This model's maximum context length is {max_len} tokens. However, you requested "
+        f"{total} tokens ({prompt} in the {what}, {completion} in the completion). "
+        f"Please reduce the length of the {what} or completion."
+    )
+
+
+def check_request(r: EngineRequest, limits: Limits) -> None:
+    """The checks that need no tokenizer: model, LoRA, input, sampling."""
+    if r.model != limits.model:
+        raise RequestError(ErrorCode.NOT_FOUND, f"The model `{r.model}` does not exist.", "model")
+    if r.lora and r.lora not in limits.loras:
+        raise RequestError(
+            ErrorCode.NOT_FOUND, f"The LoRA adapter `{r.lora}` does not exist.", "lora"
+        )
+    if sum(x is not None for x in (r.prompt, r.messages, r.prompt_token_ids)) != 1:
+        raise RequestError(
+            _BAD, "exactly one of prompt, messages, prompt_token_ids must be set", "prompt"
+        )
+    s = r.sampling
+    if s.max_tokens <= 0:
+        raise RequestError(_BAD, f"max_tokens must be at least 1, got {s.max_tokens}", "max_tokens")
+    if s.temperature < 0:
+        raise RequestError(_BAD, f"temperature must be >= 0, got {s.temperature}", "temperature")
+    if not 0.0 < s.top_p <= 1.0:
+        raise RequestError(_BAD, f"top_p must be in (0, 1], got {s.top_p}", "top_p")
+    if s.top_k < 0:
+        raise RequestError(_BAD, f"top_k must be >= 0, got {s.top_k}", "top_k")
+
+
+def _check_ids(ids: Sequence[int], vocab_size: int, what: str, field: str) -> None:
+    if any(not 0 <= t < vocab_size for t in ids):
+        raise RequestError(_BAD, f"{what} must be in [0, {vocab_size})", field)
+
+
+def prepare(r: EngineRequest, limits: Limits, tokenizer: HfTokenizer) -> Prepared:
+    check_request(r, limits)
+    max_tokens = r.sampling.max_tokens
+    vocab = tokenizer.vocab_size
+    if r.messages is not None:
+        field = what = "messages"
+        ids = tokenizer.encode_chat(r.messages) if r.messages else []
+    elif r.prompt is not None:
+        field = what = "prompt"
+        ids = tokenizer.encode(r.prompt) if r.prompt else []
+    else:
+        field = what = "prompt"
+        ids = list(r.prompt_token_ids or ())
+        _check_ids(ids, vocab, "prompt token ids", field)
+    if not ids:
+        raise RequestError(_BAD, f"the {what} must not be empty", field)
+    resume = list(r.resume_token_ids)
+    if len(resume) > max_tokens:
+        raise RequestError(
+            _BAD, "resume_token_ids must be at most max_tokens ids", "resume_token_ids"
+        )
+    _check_ids(resume, vocab, "resume_token_ids", "resume_token_ids")
+    n, max_len = len(ids), limits.max_model_len
+    if n > max_len:
+        raise RequestError(_BAD, too_long(max_len, n, max_tokens, what), field)
+    if n + max_tokens > max_len:
+        raise RequestError(_BAD, too_long(max_len, n, max_tokens, what), "max_tokens")
+    return Prepared(ids, ids + resume, max_tokens - len(resume), len(resume))

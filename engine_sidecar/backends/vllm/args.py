@@ -1,0 +1,58 @@
+"""VllmConfig -> vLLM engine arguments (a plain dict: no vLLM import, unit-testable)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engine_sidecar.backends.tiny_model import TINY_MODEL_NAME, ensure_tiny_model
+from engine_sidecar.backends.vllm.config import VllmConfig
+
+_TYPED = (
+    "tokenizer",
+    "dtype",
+    "seed",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "distributed_executor_backend",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "block_size",
+    "enable_prefix_caching",
+    "enforce_eager",
+    "scheduling_policy",
+    "load_format",
+)
+
+
+def resolve_model(config: VllmConfig) -> tuple[str, str]:
+    """(model path, load format): `tiny-llama` is built on first use and loads random weights."""
+    if config.model != TINY_MODEL_NAME:
+        return config.model, config.load_format
+    where = Path(config.tiny_model_dir).expanduser() if config.tiny_model_dir else None
+    return str(ensure_tiny_model(where)), "dummy"
+
+
+def engine_kwargs(config: VllmConfig, *, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+    """Keyword arguments for AsyncEngineArgs; a shard group of several nodes sets nnodes."""
+    model, load_format = resolve_model(config)
+    kwargs: dict[str, Any] = {
+        name: getattr(config, name) for name in _TYPED if getattr(config, name) is not None
+    }
+    kwargs.update(
+        model=model,
+        load_format=load_format,
+        served_model_name=config.served_name,
+        # The sidecar reads load through its own stat logger; vLLM's periodic log stays off.
+        disable_log_stats=True,
+    )
+    if config.loras:
+        kwargs.update(enable_lora=True, max_loras=config.max_loras)
+        kwargs["max_lora_rank"] = config.max_lora_rank
+    if world_size > 1:
+        kwargs.update(nnodes=world_size, node_rank=rank)
+    kwargs.update(config.engine_args)
+    return kwargs

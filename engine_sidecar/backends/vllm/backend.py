@@ -1,0 +1,188 @@
+"""VllmBackend: vLLM's AsyncLLM in the sidecar process, behind the Backend protocol.
+
+Each request is one task that iterates `AsyncLLM.generate` (prompt as token ids, outputs as
+deltas). vLLM's output handler hands one engine step's outputs to all those tasks in the same
+event-loop iteration; a StepBatcher turns them back into one sink call. Cancelling a task aborts
+its request in the engine (vLLM's generate() does so on cancellation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from engine_sidecar.backend import (
+    BackendInfo,
+    DeltaSink,
+    EngineRequest,
+    ErrorCode,
+    Finish,
+    LoadSnapshot,
+    ModelCard,
+    RequestError,
+)
+from engine_sidecar.backends.common.batcher import StepBatcher
+from engine_sidecar.backends.common.prompts import Limits, Prepared, prepare
+from engine_sidecar.backends.common.usage import Usage
+from engine_sidecar.backends.vllm.config import VllmConfig
+from engine_sidecar.backends.vllm.engine import (
+    Engine,
+    EngineFactory,
+    build_async_llm,
+    start_engine,
+)
+from engine_sidecar.backends.vllm.errors import error_delta
+from engine_sidecar.backends.vllm.outputs import to_delta
+from engine_sidecar.backends.vllm.sampling import LoraRequests, engine_priority, sampling_params
+
+log = logging.getLogger(__name__)
+
+# How long stop() waits for cancelled requests to leave the engine.
+_CANCEL_GRACE_S = 5.0
+
+
+class VllmBackend:
+    def __init__(
+        self,
+        config: VllmConfig,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        engine: Engine | None = None,
+        engine_factory: EngineFactory = build_async_llm,
+    ) -> None:
+        """`engine`: an engine started elsewhere, shared; stop() leaves it running."""
+        self.config = config
+        self._rank = rank
+        self._world_size = world_size
+        self._factory = engine_factory
+        self._shared = engine
+        self._loras = LoraRequests(config.loras)
+        self.engine: Engine | None = None
+        self._limits = Limits(config.served_name, config.max_model_len or 0)
+        self._max_num_seqs = config.max_num_seqs
+        self._batcher: StepBatcher | None = None
+        self._sink: DeltaSink | None = None
+        self._requests: dict[int, tuple[asyncio.Task[None], Usage]] = {}
+        self._cancelled: set[asyncio.Task[None]] = set()
+        self._stopped = False
+
+    # --- Backend -------------------------------------------------------------------------
+    def info(self) -> BackendInfo:
+        c = self.config
+        card = ModelCard(c.served_name, self._limits.max_model_len, tuple(sorted(c.loras)))
+        extra = {"engine": "vllm", "tp": str(c.tensor_parallel_size)}
+        extra["pp"] = str(c.pipeline_parallel_size)
+        return BackendInfo("vllm", (card,), self._max_num_seqs, extra)
+
+    async def start(self, sink: DeltaSink) -> None:
+        if self.engine is not None:
+            raise RuntimeError("VllmBackend already started")
+        c = self.config
+        engine = self._shared or await start_engine(
+            c, rank=self._rank, world_size=self._world_size, factory=self._factory
+        )
+        self.engine = engine
+        max_len = engine.max_model_len
+        self._limits = Limits(c.served_name, max_len, frozenset(c.loras))
+        self._max_num_seqs = engine.max_num_seqs
+        self._sink = sink
+        self._batcher = StepBatcher(sink, asyncio.get_running_loop())
+        log.info("vLLM engine ready: %s, max_model_len %d", self.config.served_name, max_len)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        requests, self._requests = self._requests, {}
+        tasks = [task for task, _ in requests.values()]
+        for task in tasks:
+            task.cancel()
+        pending = tasks + list(self._cancelled)
+        if pending:
+            await asyncio.wait(pending, timeout=_CANCEL_GRACE_S)
+        if self._batcher is not None:
+            self._batcher.flush()
+        finals = [usage.delta([], "", Finish.ABORT) for _, usage in requests.values()]
+        if finals and self._sink is not None:
+            self._sink(finals)
+        engine, self.engine = self.engine, None
+        if engine is not None and engine is not self._shared:
+            engine.shutdown(self.config.shutdown_timeout_s)
+
+    def submit(self, request: EngineRequest) -> None:
+        p = self._validate(request)
+        assert self._batcher is not None
+        usage = Usage(request.key, len(p.prompt_ids), p.resumed)
+        if p.max_tokens == 0:  # resumed with all its tokens already
+            self._batcher.add(usage.delta([], "", Finish.LENGTH))
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._generate(request, p, usage), name=f"vllm-{request.key}"
+        )
+        self._requests[request.key] = (task, usage)
+
+    def abort(self, key: int) -> None:
+        entry = self._requests.pop(key, None)
+        if entry is None:
+            return
+        task = entry[0]
+        task.cancel()  # generate() aborts the request in the engine
+        self._cancelled.add(task)
+        task.add_done_callback(self._cancelled.discard)
+        if self._batcher is not None:
+            self._batcher.discard(key)
+
+    def load(self) -> LoadSnapshot:
+        if self.engine is None:
+            return LoadSnapshot(0, 0, 0.0, self._max_num_seqs, ready=False)
+        s = self.engine.state
+        return LoadSnapshot(
+            running=s.running,
+            waiting=s.waiting,
+            kv_usage=s.kv_usage,
+            max_num_seqs=self._max_num_seqs,
+            ready=self.engine is not None and not self._stopped and self.healthy(),
+            preemptions=s.preemptions,
+            prefix_hit_rate=s.prefix_hit_rate,
+            generated_tokens=s.generated_tokens,
+        )
+
+    def healthy(self) -> bool:
+        engine = self.engine
+        return engine is None or not engine.errored
+
+    # --- requests ------------------------------------------------------------------------
+    def _validate(self, r: EngineRequest) -> Prepared:
+        engine = self.engine
+        if engine is None or self._stopped:
+            raise RequestError(ErrorCode.UNAVAILABLE, "the vLLM engine is not running")
+        if engine.errored:
+            raise RequestError(ErrorCode.UNAVAILABLE, "the vLLM engine is dead")
+        if r.key in self._requests:
+            raise RequestError(ErrorCode.INVALID_ARGUMENT, f"duplicate request key {r.key}", "key")
+        return prepare(r, self._limits, engine.tokenizer)
+
+    async def _generate(self, r: EngineRequest, p: Prepared, usage: Usage) -> None:
+        from vllm.inputs import TokensPrompt
+
+        batcher, engine = self._batcher, self.engine
+        assert batcher is not None and engine is not None
+        params = sampling_params(r.sampling, p.max_tokens)
+        priority = engine_priority(r.priority, self.config.scheduling_policy)
+        try:
+            async for out in engine.llm.generate(
+                TokensPrompt(prompt_token_ids=p.engine_ids),
+                params,
+                f"{r.request_id or 'req'}-{r.key}",
+                priority=priority,
+                lora_request=self._loras.get(r.lora),
+            ):
+                batcher.add(to_delta(usage, out))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if r.key in self._requests:
+                batcher.add(error_delta(usage, e))
+        finally:
+            entry = self._requests.get(r.key)
+            if entry is not None and entry[0] is asyncio.current_task():
+                del self._requests[r.key]

@@ -1,0 +1,32 @@
+"""Session-wide fixtures: the tiny model directory and the one shared vLLM engine."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from engine_sidecar.backends.tiny_model import ensure_tiny_model
+from tests.engines import require, vllm_config
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require("tokenizers")
+    return ensure_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest_asyncio.fixture(scope="session")
+async def vllm_engine(tiny_model_dir: Path) -> AsyncIterator[Any]:
+    """One engine for the whole session (start-up takes 15-60 s on a small CPU machine)."""
+    require("vllm")
+    from engine_sidecar.backends.vllm.engine import start_engine
+
+    engine = await start_engine(vllm_config(tiny_model_dir))
+    yield engine
+    engine.shutdown(10.0)
+    gc.collect()  # finalise the engine now, not during interpreter exit

@@ -1,0 +1,93 @@
+"""One contract suite, every backend: the `harness` fixture is parametrized over them.
+
+The vLLM engine and the fake Triton server are shared by the session; each test gets a fresh
+backend object on them (cheap), started with its own recording sink and stopped afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from engine_sidecar.backend import Backend
+from tests.contract.harness import Caps, Harness
+from tests.engines import TINY_MAX_MODEL_LEN, require, vllm_config
+
+BACKENDS = ["sim", "vllm", "triton-vllm", "triton-trtllm"]
+SLOTS = 4
+
+
+@pytest_asyncio.fixture(scope="session")
+async def fake_triton() -> AsyncIterator[Any]:
+    require("tritonclient")
+    from tests.contract.fake_triton import FakeTriton
+
+    server = FakeTriton(slots=SLOTS, priority_levels=4)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def triton_backend(server: Any, convention: str, tiny_dir: Path, **overrides: Any) -> Backend:
+    from engine_sidecar.backends.triton import TritonConfig
+    from engine_sidecar.backends.triton.backend import TritonBackend
+    from tests.contract.fake_triton import TRTLLM_MODEL, VLLM_MODEL
+
+    config = TritonConfig(
+        url=server.url,
+        model=VLLM_MODEL if convention == "vllm" else TRTLLM_MODEL,
+        served_model_name="tiny-triton",
+        convention=convention,  # type: ignore[arg-type]
+        tokenizer=str(tiny_dir),
+        max_model_len=TINY_MAX_MODEL_LEN,
+        max_num_seqs=SLOTS,
+        loras=["support"] if convention == "vllm" else [],
+        priority_levels=4,
+        health_interval_s=0.05,
+        stats_interval_s=0.05,
+        first_response_timeout_s=60.0,
+        **{"startup_timeout_s": 10.0, **overrides},
+    )
+    return TritonBackend(config)
+
+
+def make_harness(kind: str, request: pytest.FixtureRequest) -> Harness:
+    if kind == "sim":
+        from engine_sidecar.backends.sim import SimBackend, SimConfig
+
+        sim = SimConfig(model="sim-llama", max_num_seqs=SLOTS, max_model_len=TINY_MAX_MODEL_LEN)
+        return Harness(kind, SimBackend(sim), "sim-llama", Caps())
+    tiny_dir = request.getfixturevalue("tiny_model_dir")
+    if kind == "vllm":
+        require("vllm")
+        from engine_sidecar.backends.vllm.backend import VllmBackend
+
+        engine = request.getfixturevalue("vllm_engine")
+        backend = VllmBackend(vllm_config(tiny_dir), engine=engine)
+        return Harness(kind, backend, "tiny-llama", Caps())
+    server = request.getfixturevalue("fake_triton")
+    convention = kind.removeprefix("triton-")
+    exact = convention == "trtllm"  # token ids in and out
+    caps = Caps(exact_resume=exact, token_ids=exact, step_batches=False)
+    backend = triton_backend(server, convention, tiny_dir)
+    return Harness(kind, backend, "tiny-triton", caps, server=server)
+
+
+@pytest.fixture(params=BACKENDS)
+def unstarted(request: pytest.FixtureRequest) -> Harness:
+    # Synchronous, so that it may resolve the (async) session fixtures it needs on demand.
+    return make_harness(request.param, request)
+
+
+@pytest_asyncio.fixture
+async def harness(unstarted: Harness) -> AsyncIterator[Harness]:
+    h = unstarted
+    await h.backend.start(h.collector.sink)
+    try:
+        yield h
+    finally:
+        await h.backend.stop()

@@ -1,0 +1,122 @@
+"""Drives any Backend the way the sidecar does, and records what its sink receives."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine_sidecar.backend import (
+    Backend,
+    ChatMessage,
+    EngineDelta,
+    EngineRequest,
+    Finish,
+    Sampling,
+)
+
+WAIT_S = 120.0  # generous: a noisy 2-core machine runs the CPU engine slowly
+_keys = itertools.count(1_000_000)
+
+
+class Collector:
+    """The sink: every call kept in order, deltas grouped by key, waiters woken."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[EngineDelta]] = []
+        self.by_key: dict[int, list[EngineDelta]] = defaultdict(list)
+        self._changed = asyncio.Event()
+
+    def sink(self, deltas: list[EngineDelta]) -> None:
+        self.calls.append(list(deltas))
+        for d in deltas:
+            self.by_key[d.key].append(d)
+        self._changed.set()
+
+    async def until(self, done: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+        async with asyncio.timeout(timeout_s):
+            while not done():
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def first(self, key: int) -> EngineDelta:
+        await self.until(lambda: bool(self.by_key.get(key)))
+        return self.by_key[key][0]
+
+    async def finished(self, key: int) -> list[EngineDelta]:
+        await self.until(lambda: self.done(key))
+        return self.by_key[key]
+
+    def done(self, key: int) -> bool:
+        deltas = self.by_key.get(key)
+        return bool(deltas) and deltas[-1].finish is not Finish.NONE  # type: ignore[index]
+
+    def position(self, key: int) -> int:
+        """Index of the sink call that first carried this key."""
+        return next(i for i, call in enumerate(self.calls) if any(d.key == key for d in call))
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What a backend can promise beyond the common contract."""
+
+    exact_resume: bool = True  # resumed greedy output equals the uninterrupted one
+    token_ids: bool = True  # deltas carry the engine's own token ids
+    step_batches: bool = True  # one engine step's deltas come in one sink call
+
+
+@dataclass
+class Harness:
+    kind: str
+    backend: Backend
+    model: str
+    caps: Caps
+    collector: Collector = field(default_factory=Collector)
+    server: Any = None  # the fake Triton server, for Triton backends
+
+    @property
+    def max_model_len(self) -> int:
+        return self.backend.info().models[0].max_model_len
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.backend.info().max_num_seqs
+
+    def request(self, **kw: Any) -> EngineRequest:
+        sampling = Sampling(
+            max_tokens=kw.pop("max_tokens", 8),
+            temperature=kw.pop("temperature", 0.0),
+            ignore_eos=kw.pop("ignore_eos", True),
+            stop=kw.pop("stop", ()),
+        )
+        if not {"prompt", "messages", "prompt_token_ids"} & kw.keys():
+            kw["messages"] = (ChatMessage("user", "Tell me about shards."),)
+        kw.setdefault("request_id", "contract")
+        model = kw.pop("model", self.model)
+        return EngineRequest(key=next(_keys), model=model, sampling=sampling, **kw)
+
+    def submit(self, **kw: Any) -> int:
+        r = self.request(**kw)
+        self.backend.submit(r)
+        return r.key
+
+    async def run(self, **kw: Any) -> list[EngineDelta]:
+        return await self.collector.finished(self.submit(**kw))
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    """Wait for a condition that no event announces (engine stats, a server's records)."""
+    async with asyncio.timeout(timeout_s):
+        while not check():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+def tokens(deltas: list[EngineDelta]) -> list[int]:
+    return [t for d in deltas for t in d.token_ids]
+
+
+def text(deltas: list[EngineDelta]) -> str:
+    return "".join(d.text for d in deltas)

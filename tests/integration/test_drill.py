@@ -1,0 +1,138 @@
+"""`shardgate drill` end to end: a short drill (kill + heartbeat stop) on a small local cluster of
+its own, on free ports, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config.loader import load
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(path: Path) -> None:
+    sidecar = (
+        "    launch: {backend: sim, heartbeat_interval_s: 0.2, allow_fault_injection: true,\n"
+        "             sim: {model: sim-llama, profile: llama-70b-a100-tp8, max_num_seqs: 32}}\n"
+    )
+    path.write_text(
+        "gateway:\n"
+        f"  http: {{host: 127.0.0.1, port: {free_port()}}}\n"
+        f"  grpc: {{host: 127.0.0.1, port: {free_port()}}}\n"
+        "  request_log: false\n"
+        "  link: {reconnect_min_s: 0.05, reconnect_max_s: 0.5}\n"
+        "health:\n"
+        "  suspect_after_intervals: 3\n"
+        "  down_after_intervals: 6\n"
+        "  ejection: {base_ejection_time_s: 1, max_ejection_time_s: 5}\n"
+        "sidecars:\n"
+        f"  - name: sim-a\n    address: 127.0.0.1:{free_port()}\n{sidecar}"
+        f"  - name: sim-b\n    address: 127.0.0.1:{free_port()}\n{sidecar}"
+    )
+    load(str(path))  # a valid config
+
+
+def drill(config: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "gateway",
+        "drill",
+        "--config",
+        str(config),
+        "--faults",
+        "kill,heartbeat",
+        "--concurrency",
+        "8",
+        "--requests",
+        "8",
+        "--tokens",
+        "50-70",
+        "--warmup",
+        "1",
+        "--hold",
+        "1.5",
+        "--settle",
+        "0.5",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=140)
+
+
+def test_a_short_drill_loses_nothing_and_reports(tmp_path: Path) -> None:
+    config = tmp_path / "drill.yaml"
+    write_config(config)
+    out = tmp_path / "out"
+    done = drill(config, out)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    report: dict[str, Any] = json.loads((out / "report.json").read_text())
+    assert report["ok"] is True
+    assert report["mode"] == "local"
+    assert report["reference"] == {
+        "sent": 8,
+        "completed": 8,
+        "lost": 0,
+        "corrupted": 0,
+        "migrated": 0,
+        "retried": 0,
+    }
+    assert [(f["kind"], f["target"]) for f in report["faults"]] == [
+        ("kill", "sim-a"),
+        ("heartbeat", "sim-b"),
+    ]
+    for f in report["faults"]:
+        assert f["sent"] > 0
+        assert f["completed"] == f["sent"]
+        assert (f["lost"], f["corrupted"]) == (0, 0)
+        assert f["recovered"] is True
+        assert f["detect_s"] is not None and f["recover_s"] is not None
+        assert f["samples"] > 0
+        assert set(f["duration_s"]) == {"p50", "p90", "max"}
+        states = [s for _, [s], _ in f["timeline"]]
+        assert states[0] == 2 and states[-1] == 2  # UP before the fault and after it
+        assert min(states) < 2
+    kill, heartbeat = report["faults"]
+    assert kill["takeout_s"] is not None  # the link closed: DOWN
+    assert 0 in [s for _, [s], _ in kill["timeline"]]
+    # A sidecar that streams without heartbeats is SUSPECT (no new work), not necessarily DOWN.
+    assert 1 in [s for _, [s], _ in heartbeat["timeline"]]
+    totals = report["totals"]
+    assert totals["migrated"] > 0
+    assert (totals["lost"], totals["corrupted"]) == (0, 0)
+    assert totals["sent"] == sum(f["sent"] for f in report["faults"])
+
+    table = (out / "table.txt").read_text()
+    assert "PASS: 0 lost, 0 corrupted" in table
+    assert "PASS: 0 lost, 0 corrupted" in done.stdout
+    logs = {p.name for p in (out / "logs").iterdir()}
+    assert logs == {"gateway.log", "sim-a.log", "sim-b.log"}
+
+
+def test_the_drill_refuses_to_start_on_ports_in_use(tmp_path: Path) -> None:
+    config = tmp_path / "drill.yaml"
+    write_config(config)
+    port = load(str(config)).gateway.http.port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        done = drill(config, tmp_path / "out")
+    assert done.returncode == 2
+    assert f"127.0.0.1:{port}" in done.stderr and "ports in use" in done.stderr

