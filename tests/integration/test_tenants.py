@@ -308,7 +308,6 @@ def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -
         for n in wanted
         if not n.startswith(("vllm:", "shardgate_sidecar_"))
         and n not in ("shardgate_cost_usd_total", "shardgate_tenant_budget_usd")
-        and not n.startswith("shardgate_buffer_pool_")
     }
     live = {name for name in samples} | {
         name.removesuffix(suffix)
