@@ -50,8 +50,12 @@ class Gateway:
         http_port: int | None = None,
         grpc_port: int | None = None,
         config_path: str | Path | None = None,
+        worker_of: int = 1,
     ) -> None:
+        """`worker_of` > 1: one of that many workers sharing the ports (gateway/workers.py);
+        the config given is already this worker's share."""
         s = config.gateway
+        self.worker_of = worker_of
         self.config = config
         self.draining = False
         self.metrics = GatewayMetrics(
@@ -70,6 +74,7 @@ class Gateway:
             config.model_capacity,
             keepalive_s=s.keepalive_s,
             on_done=self._settle,
+            capacity_share=worker_of,
         )
         self.service = Service(
             self.fleet,
@@ -154,14 +159,17 @@ class Gateway:
             shutdown_timeout=s.drain_timeout_s,
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, s.http.host, self._http_port, backlog=1024)
+        reuse = self.worker_of > 1
+        site = web.TCPSite(
+            self._runner, s.http.host, self._http_port, backlog=1024, reuse_port=reuse or None
+        )
         await site.start()
         self.http_port = self._runner.addresses[0][1]
 
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", s.max_body_bytes),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if reuse else 0),
             ]
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(self.grpc_servicer, server)

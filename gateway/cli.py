@@ -17,6 +17,7 @@ from gateway.app import Gateway, validate_static
 from gateway.config.loader import ConfigError, load
 from gateway.config.schema import Config
 from gateway.observability.logging import setup as log_setup
+from gateway.workers import share
 
 
 def _logging(level: str, json: bool) -> None:
@@ -28,12 +29,14 @@ def _run(coro: object) -> int:
         return int(runner.run(coro))  # type: ignore[arg-type]
 
 
-async def _gateway(config: Config, path: str, http_port: int | None, grpc_port: int | None) -> int:
+async def _gateway(
+    config: Config, path: str, http_port: int | None, grpc_port: int | None, worker_of: int
+) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    gw = Gateway(config, http_port, grpc_port, config_path=path)
+    gw = Gateway(share(config, worker_of), http_port, grpc_port, path, worker_of)
     if gw.reloader is not None:
         loop.add_signal_handler(signal.SIGHUP, gw.reloader.reload, "SIGHUP")
     await gw.start()
@@ -56,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         c.add_argument("--http-port", type=int)
         c.add_argument("--grpc-port", type=int)
         c.add_argument("--log-level", default="INFO")
+        c.add_argument("--workers", type=int, default=1, help="gateway processes sharing the ports")
+        c.add_argument("--worker-of", type=int, default=1, help=argparse.SUPPRESS)
     sidecar_cli.add_arguments(sub.add_parser("sidecar", help="run one engine sidecar"))
     c = sub.add_parser("check-config", help="validate a config file")
     c.add_argument("file")
@@ -81,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: ok")
         return 0
     _logging(args.log_level, config.gateway.json_logs)
+    if args.workers < 1 or args.worker_of < 1:
+        print("shardgate: --workers must be at least 1", file=sys.stderr)
+        return 2
     if args.command == "up":
-        return _run(cluster.up(config, path, args.http_port, args.grpc_port, args.log_level))
-    return _run(_gateway(config, path, args.http_port, args.grpc_port))
+        return _run(
+            cluster.up(config, path, args.http_port, args.grpc_port, args.log_level, args.workers)
+        )
+    if args.workers > 1:
+        return _run(cluster.run_workers(config, path, args))
+    return _run(_gateway(config, path, args.http_port, args.grpc_port, args.worker_of))

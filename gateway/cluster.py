@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import signal
@@ -12,20 +11,17 @@ import subprocess
 import sys
 from typing import Any
 
+import aiohttp
+
 from engine_sidecar import config as sidecar_config
 from gateway.app import Gateway
 from gateway.config.schema import Config, SidecarEndpoint
+from gateway.procs import die_with_parent
+from gateway.workers import Workers
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 UP_WAIT_S = 300.0
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the parent dies, so no sidecar outlives `up`."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def launch_config(endpoint: SidecarEndpoint) -> dict[str, Any]:
@@ -59,7 +55,7 @@ class LocalSidecars:
                 "--log-level",
                 self._log_level,
             ]
-            self.procs.append(subprocess.Popen(cmd, preexec_fn=_die_with_parent))
+            self.procs.append(subprocess.Popen(cmd, preexec_fn=die_with_parent))
             log.info("started sidecar %s (pid %d) on %s", e.name, self.procs[-1].pid, e.address)
 
     def dead(self) -> list[int]:
@@ -79,11 +75,11 @@ class LocalSidecars:
                 p.wait()
 
 
-def banner(gw: Gateway) -> str:
-    s = gw.config.gateway
-    base = f"http://{s.http.host}:{gw.http_port}/v1"
+def banner(config: Config, http_port: int, grpc_port: int) -> str:
+    s = config.gateway
+    base = f"http://{s.http.host}:{http_port}/v1"
     return (
-        f"shardgate is up: OpenAI API at {base}, gRPC at {s.grpc.host}:{gw.grpc_port}\n"
+        f"shardgate is up: OpenAI API at {base}, gRPC at {s.grpc.host}:{grpc_port}\n"
         f"  curl {base}/chat/completions -H 'Content-Type: application/json' \\\n"
         '    -d \'{"model": "sim-llama", "messages": [{"role": "user", "content": "Hi"}]}\'\n'
         f'  python -c \'import openai; c = openai.OpenAI(base_url="{base}", api_key="none"); '
@@ -93,32 +89,94 @@ def banner(gw: Gateway) -> str:
     )
 
 
-async def up(
-    config: Config, path: str, http_port: int | None, grpc_port: int | None, log_level: str
+async def _wait_ready(host: str, port: int, timeout_s: float) -> bool:
+    """Poll /readyz until the gateway (any worker) says ready."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while loop.time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with http.get(f"http://{host}:{port}/readyz") as resp:
+                    if resp.status == 200:
+                        return True
+            await asyncio.sleep(0.2)
+    return False
+
+
+async def _serve(
+    config: Config,
+    path: str,
+    http_port: int | None,
+    grpc_port: int | None,
+    log_level: str,
+    workers: int,
+    sidecars: LocalSidecars | None,
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    sidecars = LocalSidecars(config.sidecars, log_level)
-    gw = Gateway(config, http_port, grpc_port, config_path=path)
-    if gw.reloader is not None:
-        loop.add_signal_handler(signal.SIGHUP, gw.reloader.reload, "SIGHUP")
+    s = config.gateway
+    gw: Gateway | None = None
+    pool: Workers | None = None
     try:
-        sidecars.start()
-        await gw.start()
-        # Real engines can take minutes to start (vLLM loads weights and warms up).
-        if await gw.fleet.wait_connected(UP_WAIT_S):
-            print(banner(gw), flush=True)
+        if sidecars is not None:
+            sidecars.start()
+        if workers > 1:
+            pool = Workers(workers, path, http_port, grpc_port, log_level)
+            loop.add_signal_handler(signal.SIGHUP, pool.signal, signal.SIGHUP)
+            pool.start()
+            ports = (
+                s.http.port if http_port is None else http_port,
+                s.grpc.port if grpc_port is None else grpc_port,
+            )
+            ready = await _wait_ready(s.http.host, ports[0], UP_WAIT_S)
         else:
-            log.error("not every sidecar connected within %.0f s; serving what is up", UP_WAIT_S)
+            gw = Gateway(config, http_port, grpc_port, config_path=path)
+            if gw.reloader is not None:
+                loop.add_signal_handler(signal.SIGHUP, gw.reloader.reload, "SIGHUP")
+            await gw.start()
+            ports = (gw.http_port, gw.grpc_port)
+            # Real engines can take minutes to start (vLLM loads weights and warms up).
+            ready = await gw.fleet.wait_connected(UP_WAIT_S)
+        if ready:
+            print(banner(config, *ports), flush=True)
+        else:
+            log.error("not ready within %.0f s; serving what is up", UP_WAIT_S)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
-            if sidecars.dead() and not stop.is_set():
+            if sidecars is not None and sidecars.dead() and not stop.is_set():
                 log.warning("sidecar process(es) exited: %s", sidecars.dead())
+            if pool is not None and pool.exited() and not stop.is_set():
+                log.error("gateway worker(s) exited: %s; stopping", pool.exited())
+                return 1
         return 0
     finally:
         log.info("stopping")
-        await gw.stop()
-        await sidecars.stop()
+        if gw is not None:
+            await gw.stop()
+        if pool is not None:
+            await pool.stop(s.drain_timeout_s + 5)
+        if sidecars is not None:
+            await sidecars.stop()
+
+
+async def run_workers(config: Config, path: str, args: Any) -> int:
+    """`shardgate gateway --workers N`."""
+    return await _serve(
+        config, path, args.http_port, args.grpc_port, args.log_level, args.workers, None
+    )
+
+
+async def up(
+    config: Config,
+    path: str,
+    http_port: int | None,
+    grpc_port: int | None,
+    log_level: str,
+    workers: int = 1,
+) -> int:
+    """`shardgate up`: the local sidecars, then the gateway (or its workers)."""
+    sidecars = LocalSidecars(config.sidecars, log_level)
+    return await _serve(config, path, http_port, grpc_port, log_level, workers, sidecars)

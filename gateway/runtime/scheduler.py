@@ -56,8 +56,10 @@ class Scheduler:
         keepalive_s: float = 5.0,
         on_done: Callable[[Job], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        capacity_share: int = 1,
     ) -> None:
         self._fleet = fleet
+        self._share = capacity_share
         self.supervisor = supervisor
         self._scheduling = scheduling
         self._caps = dict(capacity_caps)
@@ -80,6 +82,8 @@ class Scheduler:
     # -- capacity ----------------------------------------------------------------------------
     def capacity(self, model: str) -> int:
         slots = self._fleet.capacity(model)
+        if self._share > 1 and slots:
+            slots = max(1, slots // self._share)  # this worker's share of the pool
         cap = self._caps.get(model)
         return slots if cap is None else min(cap, slots)
 

@@ -155,3 +155,46 @@ def test_sighup_reloads_and_sigterm_lets_a_running_stream_finish(tmp_path: Path)
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_workers_share_the_ports_and_stop_together(tmp_path: Path) -> None:
+    http_port, grpc_port, a = (free_port() for _ in range(3))
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        f"gateway: {{http: {{port: {http_port}}}, grpc: {{port: {grpc_port}}}}}\n"
+        "sidecars:\n"
+        f"  - {{name: a, address: '127.0.0.1:{a}', "
+        "launch: {backend: sim, sim: {model: sim-llama, profile: fast}}}\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "gateway", "up", "--config", str(config),
+            "--workers", "2", "--log-level", "ERROR",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert b"shardgate is up" in proc.stdout.readline()
+        children = children_of(proc.pid)
+        assert len(children) == 3  # one sidecar, two gateway workers
+        with openai.OpenAI(
+            base_url=f"http://127.0.0.1:{http_port}/v1", api_key="x", max_retries=0
+        ) as api:
+            for _ in range(20):
+                r = api.completions.create(model="sim-llama", prompt="hi", max_tokens=3)
+                assert r.choices[0].text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in children)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -1,0 +1,95 @@
+"""`--workers N`: N gateway processes on the same ports (SO_REUSEPORT), one per core.
+
+The kernel spreads new connections over the workers. Each worker is a whole gateway with its own
+links to every sidecar, so each holds `1/N` of every limit: tenants' and model pools' rates,
+bursts and concurrency, and `1/N` of each pool's slots (its share of capacity). A tenant's
+requests land on workers at random, so with few requests its effective limit can be below the
+configured one (a burst of 2 split over 2 workers is 1 each); per-worker state (buckets, queues,
+/metrics, prefix affinity) is not shared. Use it where one core is the bottleneck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import msgspec
+
+from gateway.config.schema import Config
+from gateway.procs import die_with_parent
+
+_RATES = ("requests_per_s", "tokens_per_min")
+_COUNTS = ("requests_burst", "tokens_burst", "max_concurrent")
+
+
+def _scale(limits: dict[str, Any], n: int) -> None:
+    for key in _RATES:
+        if limits.get(key) is not None:
+            limits[key] = limits[key] / n
+    for key in _COUNTS:
+        if limits.get(key) is not None:
+            limits[key] = max(1, math.ceil(limits[key] / n))
+
+
+def share(config: Config, n: int) -> Config:
+    """One worker's part of `config` when `n` workers serve it together."""
+    if n <= 1:
+        return config
+    data = msgspec.to_builtins(config)
+    for tenant in data.get("tenants", []):
+        _scale(tenant, n)
+        for override in (tenant.get("models") or {}).values():
+            _scale(override, n)
+    for limits in (data.get("model_limits") or {}).values():
+        _scale(limits, n)
+    data["model_capacity"] = {
+        m: max(1, math.ceil(c / n)) for m, c in (data.get("model_capacity") or {}).items()
+    }
+    return msgspec.convert(data, Config)
+
+
+class Workers:
+    """Runs N `shardgate gateway --worker-of N` processes and forwards signals to them."""
+
+    def __init__(
+        self,
+        n: int,
+        config_path: str,
+        http_port: int | None,
+        grpc_port: int | None,
+        log_level: str,
+    ) -> None:
+        self.n = n
+        self._args = ["--config", config_path, "--log-level", log_level, "--worker-of", str(n)]
+        if http_port is not None:
+            self._args += ["--http-port", str(http_port)]
+        if grpc_port is not None:
+            self._args += ["--grpc-port", str(grpc_port)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "gateway", "gateway", *self._args]
+        self.procs = [subprocess.Popen(cmd, preexec_fn=die_with_parent) for _ in range(self.n)]
+
+    def signal(self, sig: signal.Signals) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(sig)
+
+    def exited(self) -> list[int]:
+        return [p.pid for p in self.procs if p.poll() is not None]
+
+    async def stop(self, grace_s: float) -> None:
+        self.signal(signal.SIGTERM)
+        for _ in range(max(1, round(grace_s / 0.05))):
+            if all(p.poll() is not None for p in self.procs):
+                break
+            await asyncio.sleep(0.05)
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
