@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 
 from engine_sidecar import config as sidecar_config
+from gateway import procs
 from gateway.app import Gateway
 from gateway.config.schema import Config, SidecarEndpoint
 from gateway.procs import die_with_parent
@@ -59,20 +60,10 @@ class LocalSidecars:
             log.info("started sidecar %s (pid %d) on %s", e.name, self.procs[-1].pid, e.address)
 
     def dead(self) -> list[int]:
-        return [p.pid for p in self.procs if p.poll() is not None]
+        return procs.exited(self.procs)
 
     async def stop(self, grace_s: float = 10.0) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for _ in range(max(1, round(grace_s / 0.05))):
-            if all(p.poll() is not None for p in self.procs):
-                break
-            await asyncio.sleep(0.05)
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        await procs.terminate(self.procs, grace_s)
 
 
 def banner(config: Config, http_port: int, grpc_port: int) -> str:

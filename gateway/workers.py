@@ -10,7 +10,6 @@ configured one (a burst of 2 split over 2 workers is 1 each); per-worker state (
 
 from __future__ import annotations
 
-import asyncio
 import math
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from gateway import procs
 from gateway.config.schema import Config
 from gateway.procs import die_with_parent
 
@@ -81,15 +81,7 @@ class Workers:
                 p.send_signal(sig)
 
     def exited(self) -> list[int]:
-        return [p.pid for p in self.procs if p.poll() is not None]
+        return procs.exited(self.procs)
 
     async def stop(self, grace_s: float) -> None:
-        self.signal(signal.SIGTERM)
-        for _ in range(max(1, round(grace_s / 0.05))):
-            if all(p.poll() is not None for p in self.procs):
-                break
-            await asyncio.sleep(0.05)
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        await procs.terminate(self.procs, grace_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import openai
@@ -38,65 +40,55 @@ def alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_up_serves_and_stops_cleanly_with_its_children(sig: signal.Signals) -> None:
-    http_port, grpc_port = free_port(), free_port()
+@contextlib.contextmanager
+def shardgate_up(*args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`shardgate up ARGS` as a child, its stdout piped; killed and reaped whatever happens."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway",
-            "up",
-            "--config",
-            str(ROOT / "configs/local.yaml"),
-            "--http-port",
-            str(http_port),
-            "--grpc-port",
-            str(grpc_port),
-            "--log-level",
-            "WARNING",
-        ],
+        [sys.executable, "-m", "gateway", "up", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.DEVNULL,
     )
     try:
-        assert proc.stdout is not None
-        banner = b""
-        deadline = time.monotonic() + 60
-        while b"shardgate is up" not in banner and time.monotonic() < deadline:
-            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-            if ready:
-                line = proc.stdout.readline()
-                if not line:
-                    break
-                banner += line
-        assert b"shardgate is up" in banner, banner.decode(errors="replace")
-        assert f"127.0.0.1:{http_port}/v1".encode() in banner
-
-        sidecars = children_of(proc.pid)
-        assert len(sidecars) == 2
-
-        client = openai.OpenAI(
-            base_url=f"http://127.0.0.1:{http_port}/v1", api_key="none", max_retries=0
-        )
-        r = client.chat.completions.create(
-            model="sim-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=8
-        )
-        assert r.choices[0].message.content
-
-        proc.send_signal(sig)
-        assert proc.wait(timeout=30) == 0
-        deadline = time.monotonic() + 10
-        while any(alive(p) for p in sidecars) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(alive(p) for p in sidecars)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def wait_gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_up_serves_and_stops_cleanly_with_its_children(sig: signal.Signals) -> None:
+    http_port, grpc_port = free_port(), free_port()
+    config = str(ROOT / "configs/local.yaml")
+    ports = ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+    with shardgate_up("--config", config, *ports, "--log-level", "WARNING") as proc:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        banner = proc.stdout.readline() if ready else b""
+        assert b"shardgate is up" in banner
+        assert f"127.0.0.1:{http_port}/v1".encode() in banner
+        sidecars = children_of(proc.pid)
+        assert len(sidecars) == 2
+        with openai.OpenAI(
+            base_url=f"http://127.0.0.1:{http_port}/v1", api_key="none", max_retries=0
+        ) as client:
+            r = client.chat.completions.create(
+                model="sim-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=8
+            )
+        assert r.choices[0].message.content
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 0
+        wait_gone(sidecars)
 
 
 def test_sighup_reloads_and_sigterm_lets_a_running_stream_finish(tmp_path: Path) -> None:
@@ -111,13 +103,7 @@ def test_sighup_reloads_and_sigterm_lets_a_running_stream_finish(tmp_path: Path)
     )
     config = tmp_path / "gw.yaml"
     config.write_text(base)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "up", "--config", str(config), "--log-level", "ERROR"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with shardgate_up("--config", str(config), "--log-level", "ERROR") as proc:
         assert proc.stdout is not None
         assert b"shardgate is up" in proc.stdout.readline()
         url = f"http://127.0.0.1:{http_port}"
@@ -149,12 +135,6 @@ def test_sighup_reloads_and_sigterm_lets_a_running_stream_finish(tmp_path: Path)
                     proc.send_signal(signal.SIGTERM)  # drain: the stream must still finish
             assert got == 600
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def test_workers_share_the_ports_and_stop_together(tmp_path: Path) -> None:
@@ -166,16 +146,7 @@ def test_workers_share_the_ports_and_stop_together(tmp_path: Path) -> None:
         f"  - {{name: a, address: '127.0.0.1:{a}', "
         "launch: {backend: sim, sim: {model: sim-llama, profile: fast}}}\n"
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "gateway", "up", "--config", str(config),
-            "--workers", "2", "--log-level", "ERROR",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
+    with shardgate_up("--config", str(config), "--workers", "2", "--log-level", "ERROR") as proc:
         assert proc.stdout is not None
         assert b"shardgate is up" in proc.stdout.readline()
         children = children_of(proc.pid)
@@ -188,13 +159,4 @@ def test_workers_share_the_ports_and_stop_together(tmp_path: Path) -> None:
                 assert r.choices[0].text
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        deadline = time.monotonic() + 10
-        while any(alive(p) for p in children) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(alive(p) for p in children)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        wait_gone(children)
