@@ -50,8 +50,8 @@ class BoundParams(Params, frozen=True, forbid_unknown_fields=True, kw_only=True)
 
 class Load:
     """Least loaded: 1 / (1 + occupancy), where occupancy is requests (running, ours in flight
-    if more, plus waiting) over slots. Strictly decreasing, so alone it picks what
-    `least_loaded` picks, and a queueing replica (occupancy > 1) still ranks below a full one."""
+    if more, plus waiting) over slots. Strictly decreasing, so alone it picks the least-loaded
+    replica, and a queueing replica (occupancy > 1) still ranks below a full one."""
 
     __slots__ = ()
 
