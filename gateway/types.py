@@ -86,6 +86,8 @@ class GatewayError(Exception):
 
     status = 500
     type = "internal_error"
+    # For refusals: why, as a closed metrics label (observability.labels.RejectReason).
+    reason = ""
 
     def __init__(
         self,

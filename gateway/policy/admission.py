@@ -134,6 +134,7 @@ class Rejected:
     reason: str
     retry_after_s: float | None
     headers: Headers
+    tokens: bool = False  # the tokens bucket (not the requests one) refused it
 
 
 def _wait(b: TokenBucket | None, n: float, now: float) -> float:
@@ -243,7 +244,7 @@ class Admission:
         if math.isinf(wait) or math.isinf(pool_wait):
             whose = "the tenant's" if math.isinf(wait) else "the model's"
             reason = f"request too large: {estimate} tokens exceed {whose} tokens burst"
-            return self._reject(TENANT_STATUS, reason, None, acc, pool, now)
+            return self._reject(TENANT_STATUS, reason, None, acc, pool, now, tokens=True)
         if wait > 0:
             # Retrying after both waits succeeds unless other tenants drain the pool meanwhile.
             both = max(wait, pool_wait)
@@ -251,9 +252,11 @@ class Admission:
             reason = (
                 "tokens per minute exceeded" if tokens_short else "requests per second exceeded"
             )
-            return self._reject(TENANT_STATUS, reason, both, acc, pool, now)
+            return self._reject(TENANT_STATUS, reason, both, acc, pool, now, tokens=tokens_short)
         reason = "model is at its global rate limit"
-        return self._reject(POOL_STATUS, reason, pool_wait, acc, pool, now)
+        assert pool is not None
+        tokens_short = _wait(pool.tokens, estimate, now) > 0
+        return self._reject(POOL_STATUS, reason, pool_wait, acc, pool, now, tokens=tokens_short)
 
     @staticmethod
     def _reject(
@@ -263,13 +266,14 @@ class Admission:
         acc: _Account,
         pool: _Pool | None,
         now: float,
+        tokens: bool = False,
     ) -> Rejected:
         headers = _headers(acc, pool, now)
         if retry_after_s is not None:
             secs = str(max(1, math.ceil(retry_after_s)))
             ms = str(max(1, math.ceil(retry_after_s * 1000)))
             headers += ((RETRY_AFTER, secs), (RETRY_AFTER_MS, ms))
-        return Rejected(status, reason, retry_after_s, headers)
+        return Rejected(status, reason, retry_after_s, headers, tokens)
 
 
 def _trio(b: TokenBucket, now: float) -> tuple[str, str, str]:

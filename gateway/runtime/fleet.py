@@ -41,10 +41,10 @@ class Fleet:
         self.draining: list[EngineLink] = []
         self.monitors: dict[str, HeartbeatMonitor] = {}
         self.assembly: Assembly = assemble(())
-        self.seen_models: set[str] = set()
+        # Every model announced so far -> its max_model_len (kept while its replicas are down).
+        self.seen_models: dict[str, int] = {}
         self.on_change: Callable[[], None] | None = None  # capacity may have changed
         self._states: dict[str, Health] = {}
-        self._last_len: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._drains: set[asyncio.Task[None]] = set()
         for e in endpoints:
@@ -179,7 +179,8 @@ class Fleet:
             )
         old, self.assembly = self.assembly, assemble(snapshots)
         self._states = states
-        self.seen_models.update(self.assembly.pools)
+        for model, replicas in self.assembly.pools.items():
+            self.seen_models[model] = max(r.models.get(model, 0) for r in replicas)
         for replica in broken_since(old, self.assembly):
             head = self.by_name.get(replica.head)
             if head is not None and head.streams:
@@ -242,16 +243,11 @@ class Fleet:
 
     def models(self) -> dict[str, tuple[int, int]]:
         """Every model announced so far -> (max_model_len, routable replicas)."""
-        out: dict[str, tuple[int, int]] = {m: (0, 0) for m in self.seen_models}
-        for model, replicas in self.assembly.pools.items():
-            max_len = max((r.models.get(model, 0) for r in replicas), default=0)
-            out[model] = (max_len, sum(1 for r in replicas if r.routable))
-        for model, (max_len, n) in list(out.items()):
-            if not max_len:
-                out[model] = (self._last_len.get(model, 0), n)
-            else:
-                self._last_len[model] = max_len
-        return out
+        pools = self.assembly.pools
+        return {
+            m: (max_len, sum(1 for r in pools.get(m, ()) if r.routable))
+            for m, max_len in self.seen_models.items()
+        }
 
     def heartbeat_ages(self) -> dict[str, float]:
         """Seconds since each link's last load report (for the metrics)."""

@@ -36,11 +36,19 @@ class Pool:
         self.preemptions: dict[int, int] = {}
 
 
-def overflow_error(o: Overflow) -> GatewayError:
+def overflow_error(o: Overflow, reason: str = "queue_full") -> GatewayError:
     retry = max(1, round(o.retry_after_s)) if o.retry_after_s is not None else None
     headers = (("retry-after", str(retry)),) if retry is not None else ()
     cls = RateLimited if o.status == 429 else Unavailable
-    return cls(o.reason, None, headers)
+    err = cls(o.reason, None, headers)
+    err.reason = reason
+    return err
+
+
+def no_replica(model: str) -> GatewayError:
+    err = Unavailable(f"No healthy replica serves `{model}` right now.")
+    err.reason = "no_replica"
+    return err
 
 
 class Scheduler:
@@ -107,7 +115,7 @@ class Scheduler:
         pool = self._pool(job.request.model)
         cap = self.capacity(pool.model)
         if cap == 0:
-            raise Unavailable(f"No healthy replica serves `{pool.model}` right now.")
+            raise no_replica(pool.model)
         job.waiter = Waiter(job.tenant, job.priority, now, cost, job, weight)
         if not pool.queue and len(pool.running) < cap:
             # Through the queue all the same, so its fairness accounting sees every request
@@ -123,7 +131,6 @@ class Scheduler:
             raise overflow_error(result)
         if result.evicted is not None:
             evicted = result.evicted.payload
-            evicted.outcome = "rejected:queue_full"
             self._end(pool, evicted, overflow_error(pool.queue.evicted))
         self._dispatch(pool, now)
 
@@ -155,8 +162,7 @@ class Scheduler:
         if self.supervisor.place(job):
             pool.running.add(job)
             return
-        job.outcome = "rejected:no_replica"
-        self._end(pool, job, Unavailable(f"No healthy replica serves `{pool.model}` right now."))
+        self._end(pool, job, no_replica(pool.model))
 
     def _preempt(self, pool: Pool, job: Job, resume: bool, now: float) -> None:
         pool.running.discard(job)
@@ -208,6 +214,8 @@ class Scheduler:
         pool.running.discard(job)
         job.state = State.DONE
         if error is not None:
+            if error.reason and not job.outcome:
+                job.outcome = f"rejected:{error.reason}"  # refused after admission
             job.out.fail(error)
         self._done(job)
         if was_running:
@@ -246,8 +254,7 @@ class Scheduler:
 
     def tick(self, pool: Pool, now: float, keepalive_due: bool) -> None:
         for w in pool.queue.expired(now):
-            w.payload.outcome = "rejected:queue_timeout"
-            self._end(pool, w.payload, overflow_error(pool.queue.timed_out))
+            self._end(pool, w.payload, overflow_error(pool.queue.timed_out, "queue_timeout"))
         self._dispatch(pool, now)
         if keepalive_due:
             self._keepalives(pool)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gateway.observability.labels import RejectReason
+from gateway.observability.labels import RejectReason, reason_of
 from gateway.observability.metrics import GatewayMetrics
 from gateway.policy.admission import Admission, Rejected, estimate_tokens
 from gateway.policy.tenants import Tenants
@@ -17,16 +17,11 @@ from gateway.types import GatewayError, GenerationRequest, ModelNotFound, RateLi
 
 
 def reject_reason(r: Rejected) -> RejectReason:
-    return RejectReason.RATE_TOKENS if "token" in r.reason else RejectReason.RATE_REQUESTS
+    return RejectReason.RATE_TOKENS if r.tokens else RejectReason.RATE_REQUESTS
 
 
 def reason_of_error(e: GatewayError) -> RejectReason:
-    text = e.message.lower()
-    if "queue" in text or "class" in text:
-        return RejectReason.QUEUE_FULL
-    if "saturated" in text:
-        return RejectReason.LINK_SATURATED
-    return RejectReason.NO_REPLICA
+    return reason_of(e.reason) or RejectReason.NO_REPLICA
 
 
 def rejection_error(r: Rejected) -> GatewayError:
