@@ -26,6 +26,11 @@ class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     group: str = ""
     rank: Annotated[int, msgspec.Meta(ge=0)] = 0
     world_size: Annotated[int, msgspec.Meta(ge=1)] = 1
+    # The Link over plain TCP (shardgate/v1/wire.py, announced in Info), lighter per engine step
+    # than the gRPC Link: 0 takes a free port, -1 serves the gRPC Link only.
+    link_port: Annotated[int, msgspec.Meta(ge=-1, le=65535)] = 0
+    # A gateway whose TCP link has not taken our writes for this long is gone.
+    link_write_timeout_s: PositiveFloat = 10.0
     # Prometheus /metrics (vLLM-style names) on this port of `host`; absent: off.
     metrics_port: Port | None = None
     heartbeat_interval_s: PositiveFloat = 0.5

@@ -43,9 +43,19 @@ def to_request(msg: pb.SubmitRequest, key: int) -> EngineRequest:
     )
 
 
-def add_delta(out: pb.LinkResponse, key: int, d: EngineDelta) -> None:
-    """Append one delta to a link message under the link-local key."""
-    fill_delta(out.deltas.add(), key, d)
+def link_response(
+    items: list[tuple[int, EngineDelta]],
+    load: pb.LoadReport | None,
+    info: pb.InfoReply | None,
+) -> pb.LinkResponse:
+    out = pb.LinkResponse()
+    for key, d in items:
+        fill_delta(out.deltas.add(), key, d)
+    if load is not None:
+        out.load.CopyFrom(load)
+    if info is not None:
+        out.info.CopyFrom(info)
+    return out
 
 
 def fill_delta(m: pb.Delta, key: int, d: EngineDelta) -> None:

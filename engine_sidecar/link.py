@@ -1,19 +1,35 @@
-"""One gateway link on the sidecar: read submits/aborts, write batched deltas and heartbeats."""
+"""One gateway link on the sidecar: read submits/aborts, write batched deltas and heartbeats.
+
+The session is the same whatever carries it (the gRPC Link stream or the TCP link): it takes
+(submits, aborts) pairs and yields `Batch`es that the transport encodes.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import NamedTuple
 
 from shardgate.v1 import engine_pb2 as pb
 
 from engine_sidecar import convert
-from engine_sidecar.backend import LoadSnapshot, RequestError
+from engine_sidecar.backend import EngineDelta, Finish, LoadSnapshot, RequestError
 from engine_sidecar.hub import Hub, Outbox
 
 log = logging.getLogger(__name__)
+
+Requests = AsyncIterator[tuple[Sequence[pb.SubmitRequest], Sequence[int]]]
+
+
+class Batch(NamedTuple):
+    """One message to the gateway: deltas under link-local keys, a heartbeat's load report,
+    and on the first message only, the sidecar's announcement."""
+
+    items: list[tuple[int, EngineDelta]]
+    load: pb.LoadReport | None = None
+    info: pb.InfoReply | None = None
 
 
 class LinkSession:
@@ -34,16 +50,13 @@ class LinkSession:
         self._interval = heartbeat_interval_s
         self._heartbeats_enabled = heartbeats_enabled
         self.box = Outbox(max_pending)
-        self._errors: list[pb.Delta] = []
+        self._errors: list[tuple[int, EngineDelta]] = []
         self._beat_due = True
         self._seq = 0
         self._closed = False
 
-    async def run(self, requests: AsyncIterator[pb.LinkRequest]) -> AsyncIterator[pb.LinkResponse]:
-        first = pb.LinkResponse()
-        first.info.CopyFrom(self._info)
-        self._fill_load(first)
-        yield first
+    async def run(self, requests: Requests) -> AsyncIterator[Batch]:
+        yield Batch([], self._report(), self._info)
         reader = asyncio.create_task(self._read(requests))
         ticker = asyncio.create_task(self._tick())
         try:
@@ -55,7 +68,7 @@ class LinkSession:
                     log.warning("link dropped: the gateway stopped reading")
                     return
                 out = self._build()
-                if out.deltas or out.HasField("load"):
+                if out.items or out.load is not None:
                     yield out
         finally:
             for task in (reader, ticker):
@@ -65,22 +78,23 @@ class LinkSession:
                     await task
             self._hub.release(self.box)
 
-    def _build(self) -> pb.LinkResponse:
-        out = pb.LinkResponse()
-        for key, d in self.box.take():
-            convert.add_delta(out, key, d)
+    def _build(self) -> Batch:
+        items = self.box.take()
         if self._errors:
-            out.deltas.extend(self._errors)
-            self._errors.clear()
+            items.extend(self._errors)
+            self._errors = []
+        load = None
         if self._beat_due:
             self._beat_due = False
             if self._heartbeats_enabled():
-                self._fill_load(out)
-        return out
+                load = self._report()
+        return Batch(items, load)
 
-    def _fill_load(self, out: pb.LinkResponse) -> None:
+    def _report(self) -> pb.LoadReport:
         self._seq += 1
-        convert.fill_load(out.load, self._seq, self._load())
+        report = pb.LoadReport()
+        convert.fill_load(report, self._seq, self._load())
+        return report
 
     async def _tick(self) -> None:
         while True:
@@ -88,13 +102,15 @@ class LinkSession:
             self._beat_due = True
             self.box.wake()
 
-    async def _read(self, requests: AsyncIterator[pb.LinkRequest]) -> None:
+    async def _read(self, requests: Requests) -> None:
         try:
-            async for msg in requests:
-                for key in msg.aborts:
+            async for submits, aborts in requests:
+                for key in aborts:
                     self._hub.abort(self.box, key)
-                for sub in msg.submits:
+                for sub in submits:
                     self._submit(sub)
+        except Exception as e:
+            log.warning("link: bad request stream: %s", str(e) or type(e).__name__)
         finally:
             # The gateway closed its side (or the stream broke): end the link.
             self._closed = True
@@ -104,13 +120,14 @@ class LinkSession:
         try:
             self._hub.submit(self.box, sub.key, convert.to_request(sub, 0))
         except RequestError as e:
-            self._errors.append(
-                pb.Delta(
-                    key=sub.key,
-                    finish=pb.FINISH_ERROR,
-                    error_code=int(e.code),  # type: ignore[arg-type]
-                    error_message=e.message,
-                    error_field=e.field,
-                )
+            error = EngineDelta(
+                sub.key,
+                [],
+                "",
+                Finish.ERROR,
+                error_code=e.code,
+                error_message=e.message,
+                error_field=e.field,
             )
+            self._errors.append((sub.key, error))
             self.box.wake()

@@ -16,6 +16,7 @@ from engine_sidecar.config import SidecarConfig
 from engine_sidecar.hub import Hub
 from engine_sidecar.metrics import SidecarMetrics
 from engine_sidecar.servicer import EngineServicer
+from engine_sidecar.tcp_link import TcpLinkServer
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class Sidecar:
         self.server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)]
         )
+        self.tcp_link = TcpLinkServer(self.servicer.link_session, config.link_write_timeout_s)
         self.port = 0
+        self.link_port = 0
         self.metrics_port = 0
         self._metrics: SidecarMetrics | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -64,13 +67,16 @@ class Sidecar:
         self.port = self.server.add_insecure_port(f"{self.config.host}:{self.config.port}")
         if self.port == 0:
             raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
+        if self.config.link_port >= 0:
+            self.link_port = await self.tcp_link.start(self.config.host, self.config.link_port)
+            self.servicer.link_port = self.link_port
         await self.backend.start(self.hub.sink)
         await self.server.start()
         if self.config.metrics_port is not None:
             self._metrics = SidecarMetrics(
                 self.backend.load,
                 self.backend.info().models[0].name,
-                links=lambda: self.servicer.links,
+                links=lambda: self.servicer.links + self.tcp_link.open,
                 inflight=lambda: self.hub.inflight,
             )
             self.metrics_port = await self._metrics.start(
@@ -78,7 +84,13 @@ class Sidecar:
             )
         await self._set_serving(True)
         self._watch = asyncio.create_task(self._watch_engine())
-        log.info("sidecar %s serving on %s:%d", self.config.name, self.config.host, self.port)
+        log.info(
+            "sidecar %s serving on %s:%d (tcp link: %s)",
+            self.config.name,
+            self.config.host,
+            self.port,
+            self.link_port or "off",
+        )
 
     async def _set_serving(self, serving: bool) -> None:
         status = (
@@ -98,6 +110,11 @@ class Sidecar:
         log.error("engine is no longer healthy")
         await self._set_serving(False)
 
+    async def cut(self) -> None:
+        """Close every connection at once, with no drain, as a dead process would."""
+        await self.tcp_link.stop()
+        await self.server.stop(None)
+
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain: refuse new work, let in-flight requests finish within the grace, then stop."""
         grace = self.config.drain_grace_s if grace_s is None else grace_s
@@ -112,6 +129,7 @@ class Sidecar:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
         await self.backend.stop()
+        await self.tcp_link.stop()
         await self.server.stop(1.0)
         if self._metrics is not None:
             await self._metrics.stop()

@@ -31,6 +31,7 @@ class EngineServicer(pb_grpc.EngineServicer):
         self._hub = hub
         self.sidecar_id = f"{config.name}-{uuid.uuid4().hex[:8]}"
         self.links = 0
+        self.link_port = 0  # the TCP link's port, once bound (0: none)
         self.stop_heartbeats = config.sim.faults.stop_heartbeats
 
     def info_reply(self) -> pb.InfoReply:
@@ -46,7 +47,19 @@ class EngineServicer(pb_grpc.EngineServicer):
             heartbeat_interval_s=c.heartbeat_interval_s,
         )
         convert.fill_load(reply.load, 0, self._backend.load())
+        reply.link_port = self.link_port
         return reply
+
+    def link_session(self) -> LinkSession:
+        c = self._config
+        return LinkSession(
+            self._hub,
+            self.info_reply(),
+            self._backend.load,
+            c.heartbeat_interval_s,
+            c.max_link_pending,
+            lambda: not self.stop_heartbeats,
+        )
 
     async def Info(
         self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
@@ -56,19 +69,12 @@ class EngineServicer(pb_grpc.EngineServicer):
     async def Link(
         self, request_iterator: AsyncIterator[pb.LinkRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.LinkResponse]:
-        c = self._config
-        session = LinkSession(
-            self._hub,
-            self.info_reply(),
-            self._backend.load,
-            c.heartbeat_interval_s,
-            c.max_link_pending,
-            lambda: not self.stop_heartbeats,
-        )
+        session = self.link_session()
+        requests = ((m.submits, m.aborts) async for m in request_iterator)
         self.links += 1
         try:
-            async for msg in session.run(request_iterator):
-                yield msg
+            async for batch in session.run(requests):
+                yield convert.link_response(*batch)
         finally:
             self.links -= 1
 

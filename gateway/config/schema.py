@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -24,6 +24,8 @@ class Listen(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
 
 
 class LinkSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # auto: the sidecar's TCP link when its Info announces one, else the gRPC Link stream.
+    transport: Literal["auto", "grpc"] = "auto"
     connect_timeout_s: Seconds = 5.0
     # No message (deltas or heartbeat) for this long: the link is dead and reconnects.
     heartbeat_timeout_s: Seconds = 3.0

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1.wire import WireDelta
 
 from gateway.types import (
     GatewayError,
@@ -88,7 +89,7 @@ def to_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> p
     return msg
 
 
-def delta_error(d: pb.Delta) -> GatewayError:
+def delta_error(d: pb.Delta | WireDelta) -> GatewayError:
     field = d.error_field or None
     code = d.error_code
     if code == pb.ERROR_INVALID_ARGUMENT:

@@ -1,40 +1,46 @@
-"""One long-lived multiplexed Link stream to a sidecar, with reconnection.
+"""One long-lived multiplexed Link to a sidecar, with reconnection.
 
-All requests to the sidecar share the stream: a writer task sends the submits and aborts queued
-since its last write in one message; one reader task hands each delta to its request's collector
-without awaiting. No message for `heartbeat_timeout_s` means the sidecar is gone.
+All requests to the sidecar share the link: the submits and aborts queued since the last write
+go out in one message, and the reader hands each delta to its request's collector without
+awaiting. No message for `heartbeat_timeout_s` means the sidecar is gone.
+
+The link travels over the sidecar's TCP link when it announces one (`transport: auto`,
+gateway/upstream/tcp_link.py) or over the gRPC `Engine/Link` stream (upstream/grpc_link.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
+from shardgate.v1.wire import WireDelta
 
 from gateway import tasks
 from gateway.config.schema import LinkSettings
 from gateway.policy.health import reconnect_delay_s
-from gateway.runtime.flush import FLUSHER
 from gateway.types import Delta, Finish, GatewayError, GenerationRequest, Unavailable
-from gateway.upstream import convert
+from gateway.upstream import convert, grpc_link, tcp_link
 
 log = logging.getLogger(__name__)
 
-_CHANNEL_OPTIONS = [
+CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.http2.max_pings_without_data", 0),
 ]
+
+
+def _nothing() -> None:
+    pass
 
 
 class DeltaTarget(Protocol):
@@ -66,12 +72,14 @@ class EngineLink:
         self.last_heartbeat = 0.0  # time.monotonic() of the last load report
         self.last_activity = 0.0  # time.monotonic() of the last other message
         self.connected = False
+        self.transport = ""  # "tcp" or "grpc": what carries the current session
         self.listener: LinkListener | None = None
         self.streams: dict[int, DeltaTarget] = {}
         self._keys = itertools.count(1)
         self._submits: list[pb.SubmitRequest] = []
         self._aborts: list[int] = []
-        self._wake = asyncio.Event()
+        # Set by the transport in use: makes it send what take_outgoing() returns, soon.
+        self.kick: Callable[[], None] = _nothing
         self._task: asyncio.Task[None] | None = None
         self._connected_once = asyncio.Event()
 
@@ -99,13 +107,13 @@ class EngineLink:
         key = next(self._keys)
         self.streams[key] = target
         self._submits.append(convert.to_submit(req, key, resume))
-        self._wake.set()
+        self.kick()
         return key
 
     def abort(self, key: int) -> None:
         if self.streams.pop(key, None) is not None and self.connected:
             self._aborts.append(key)
-            self._wake.set()
+            self.kick()
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -134,7 +142,7 @@ class EngineLink:
                 self._lost("gateway is shutting down")
                 raise
             except Exception as e:
-                log.warning("link %s (%s): %s", self.name, self.address, e or type(e).__name__)
+                log.warning("link %s (%s): %s", self.name, self.address, str(e) or type(e).__name__)
             attempt = 0 if self.connected else attempt + 1
             self._lost(f"lost the link to sidecar {self.name}")
             delay = reconnect_delay_s(
@@ -145,6 +153,7 @@ class EngineLink:
     def _lost(self, why: str) -> None:
         was = self.connected
         self.connected = False
+        self.kick = _nothing
         self._submits.clear()
         self._aborts.clear()
         if was and self.listener is not None:
@@ -157,85 +166,76 @@ class EngineLink:
 
     async def _session(self) -> None:
         s = self.settings
-        async with grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS) as channel:
+        port = await self._tcp_port() if s.transport == "auto" else 0
+        if port:
+            self.transport = "tcp"
+            await tcp_link.run(self, self.address.rpartition(":")[0], port)
+        else:
+            self.transport = "grpc"
+            await grpc_link.run(self)
+
+    async def _tcp_port(self) -> int:
+        """The port of the sidecar's TCP link, from its Info (0: it serves none)."""
+        s = self.settings
+        async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
             async with asyncio.timeout(s.connect_timeout_s):
                 await channel.channel_ready()
-                call = pb_grpc.EngineStub(channel).Link()
-                first = await call.read()
-            if first is grpc.aio.EOF or not first.HasField("info"):
-                raise ConnectionError("the sidecar did not announce itself")
-            self.info = convert.endpoint_info(first.info)
-            self.load = convert.load(first.load)
-            self.last_heartbeat = time.monotonic()
-            self.connected = True
-            self._connected_once.set()
-            log.info("link %s up: %s", self.name, self.info.sidecar_id)
-            if self.listener is not None:
-                self.listener.link_up(self)
-            writer = asyncio.create_task(self._write(call))
-            try:
-                await self._read(call)
-            finally:
-                writer.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await writer
-                call.cancel()
+                info = await pb_grpc.EngineStub(channel).Info(pb.InfoRequest())
+        return int(info.link_port)
 
-    async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
-        timeout = self.settings.heartbeat_timeout_s
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if not self._submits and not self._aborts:
-                continue
-            msg = pb.LinkRequest(submits=self._submits, aborts=self._aborts)
-            self._submits = []
-            self._aborts = []
-            async with asyncio.timeout(timeout):
-                await call.write(msg)
+    # -- what the transports call ----------------------------------------------------------
+    def take_outgoing(self) -> tuple[list[pb.SubmitRequest], list[int]] | None:
+        """The submits and aborts queued since the last call, or None when there are none."""
+        if not self._submits and not self._aborts:
+            return None
+        out = (self._submits, self._aborts)
+        self._submits = []
+        self._aborts = []
+        return out
 
-    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
-        loop = asyncio.get_running_loop()
-        hb = self.settings.heartbeat_timeout_s
+    def announced(self, info: pb.InfoReply, load: pb.LoadReport) -> None:
+        """The sidecar's first message arrived: the link is up."""
+        self.info = convert.endpoint_info(info)
+        self.load = convert.load(load)
+        self.last_heartbeat = time.monotonic()
+        self.connected = True
+        self._connected_once.set()
+        log.info("link %s up (%s): %s", self.name, self.transport, self.info.sidecar_id)
+        if self.listener is not None:
+            self.listener.link_up(self)
+
+    def beat(self, load: pb.LoadReport) -> None:
+        self.load = convert.load(load)
+        self.last_heartbeat = time.monotonic()
+        if self.listener is not None:
+            self.listener.link_beat(self)
+
+    def deliver(self, deltas: Iterable[WireDelta | pb.Delta]) -> None:
+        """Hand each delta to its request; never awaits."""
         streams = self.streams
-        async with asyncio.timeout(hb) as deadline:
-            while True:
-                msg = await call.read()
-                if msg is grpc.aio.EOF:
-                    raise ConnectionError("the sidecar closed the link")
-                deadline.reschedule(loop.time() + hb)
-                streams = self.streams
-                for d in msg.deltas:
-                    stream = streams.get(d.key)
-                    if stream is None:
-                        continue
-                    finish = d.finish
-                    if not finish and not d.prompt_tokens:
-                        stream.push(Delta(list(d.token_ids), d.text))
-                        continue
-                    if finish:
-                        del streams[d.key]
-                        if finish == pb.FINISH_ERROR:
-                            stream.fail(convert.delta_error(d))
-                            continue
-                        if finish == pb.FINISH_ABORT:
-                            stream.fail(Unavailable("The engine stopped the request."))
-                            continue
-                    stream.push(
-                        Delta(
-                            list(d.token_ids),
-                            d.text,
-                            Finish(finish),
-                            d.prompt_tokens,
-                            d.cached_tokens,
-                            d.completion_tokens,
-                        )
-                    )
-                FLUSHER.flush()
-                if msg.HasField("load"):
-                    self.load = convert.load(msg.load)
-                    self.last_heartbeat = time.monotonic()
-                    if self.listener is not None:
-                        self.listener.link_beat(self)
-                else:
-                    self.last_activity = loop.time()
+        for d in deltas:
+            stream = streams.get(d.key)
+            if stream is None:
+                continue
+            finish = d.finish
+            if not finish and not d.prompt_tokens:
+                stream.push(Delta(list(d.token_ids), d.text))
+                continue
+            if finish:
+                del streams[d.key]
+                if finish == pb.FINISH_ERROR:
+                    stream.fail(convert.delta_error(d))
+                    continue
+                if finish == pb.FINISH_ABORT:
+                    stream.fail(Unavailable("The engine stopped the request."))
+                    continue
+            stream.push(
+                Delta(
+                    list(d.token_ids),
+                    d.text,
+                    Finish(finish),
+                    d.prompt_tokens,
+                    d.cached_tokens,
+                    d.completion_tokens,
+                )
+            )

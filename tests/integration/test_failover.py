@@ -34,7 +34,7 @@ def kill_sidecar(cluster: Cluster, address: str) -> None:
     [sidecar] = [s for s in cluster.sidecars if f"127.0.0.1:{s.port}" == address]
 
     async def crash() -> None:
-        await sidecar.server.stop(None)  # every RPC cut at once, like a dead process
+        await sidecar.cut()
 
     cluster.run(crash())
 

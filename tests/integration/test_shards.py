@@ -68,7 +68,7 @@ def eventually(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 def stop_sidecar(c: Cluster, i: int) -> None:
     async def crash() -> None:
-        await c.sidecars[i].server.stop(None)
+        await c.sidecars[i].cut()
 
     c.run(crash())
 

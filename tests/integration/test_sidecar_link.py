@@ -1,16 +1,20 @@
-"""The sidecar's Engine service over loopback: the multiplexed Link, Generate, Info, health."""
+"""The sidecar's Engine service over loopback: the multiplexed Link (over gRPC and over the TCP
+link), Generate, Info, health."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
+import msgspec
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
+from shardgate.v1 import wire
 
 from engine_sidecar.backends.sim import SimConfig
 from engine_sidecar.config import SidecarConfig
@@ -34,6 +38,61 @@ async def stub(sidecar: Sidecar) -> AsyncIterator[pb_grpc.EngineStub]:
         yield pb_grpc.EngineStub(ch)
 
 
+class WireCall:
+    """The TCP link driven like a gRPC Link call: the same messages in and out."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._frames = wire.FrameReader()
+        self._ready: list[bytes] = []
+
+    async def read(self) -> pb.LinkResponse | object:
+        while not self._ready:
+            data = await self._reader.read(1 << 16)
+            if not data:
+                return grpc.aio.EOF
+            self._ready += self._frames.feed(data)
+        down = msgspec.msgpack.decode(self._ready.pop(0), type=wire.Down)
+        msg = pb.LinkResponse()
+        for d in down.deltas:
+            msg.deltas.add(**msgspec.structs.asdict(d))
+        if down.load:
+            msg.load.ParseFromString(down.load)
+        if down.info:
+            msg.info.ParseFromString(down.info)
+        return msg
+
+    async def write(self, msg: pb.LinkRequest) -> None:
+        up = wire.Up([m.SerializeToString() for m in msg.submits], list(msg.aborts))
+        self._writer.write(wire.frame(msgspec.msgpack.encode(up)))
+        await self._writer.drain()
+
+    def cancel(self) -> None:
+        self._writer.close()
+
+
+@pytest.fixture(params=["grpc", "tcp"])
+async def open_link(
+    request: pytest.FixtureRequest, sidecar: Sidecar, stub: pb_grpc.EngineStub
+) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
+    calls: list[Any] = []
+
+    async def open_() -> Any:
+        if request.param == "grpc":
+            call: Any = stub.Link()
+        else:
+            reader, writer = await asyncio.open_connection("127.0.0.1", sidecar.link_port)
+            writer.write(wire.MAGIC)
+            call = WireCall(reader, writer)
+        calls.append(call)
+        return call
+
+    yield open_
+    for call in calls:
+        call.cancel()
+
+
 async def eventually(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
     async with asyncio.timeout(timeout_s):
         while True:
@@ -53,7 +112,7 @@ def submit(key: int, max_tokens: int, prompt: str = "hello there") -> pb.SubmitR
 
 
 async def read_until_finished(
-    call: grpc.aio.StreamStreamCall, keys: set[int]
+    call: Any, keys: set[int]
 ) -> tuple[list[pb.LinkResponse], dict[int, list[pb.Delta]]]:
     messages: list[pb.LinkResponse] = []
     by_key: dict[int, list[pb.Delta]] = {k: [] for k in keys}
@@ -71,9 +130,9 @@ async def read_until_finished(
 
 
 async def test_link_announces_then_multiplexes_one_message_per_step(
-    stub: pb_grpc.EngineStub,
+    open_link: Callable[[], Awaitable[Any]],
 ) -> None:
-    call = stub.Link()
+    call = await open_link()
     first = await asyncio.wait_for(call.read(), 10)
     assert first.info.models[0].name == "sim-llama"
     assert first.info.max_num_seqs == 8
@@ -92,8 +151,8 @@ async def test_link_announces_then_multiplexes_one_message_per_step(
     call.cancel()
 
 
-async def test_link_reports_errors_per_request(stub: pb_grpc.EngineStub) -> None:
-    call = stub.Link()
+async def test_link_reports_errors_per_request(open_link: Callable[[], Awaitable[Any]]) -> None:
+    call = await open_link()
     await asyncio.wait_for(call.read(), 10)
     bad = submit(7, 4)
     bad.model = "nope"
@@ -107,8 +166,8 @@ async def test_link_reports_errors_per_request(stub: pb_grpc.EngineStub) -> None
     call.cancel()
 
 
-async def test_heartbeats_flow_while_idle(stub: pb_grpc.EngineStub) -> None:
-    call = stub.Link()
+async def test_heartbeats_flow_while_idle(open_link: Callable[[], Awaitable[Any]]) -> None:
+    call = await open_link()
     seqs = []
     async with asyncio.timeout(10):
         while len(seqs) < 5:
@@ -120,9 +179,9 @@ async def test_heartbeats_flow_while_idle(stub: pb_grpc.EngineStub) -> None:
 
 
 async def test_abort_and_closing_the_link_stop_engine_work(
-    sidecar: Sidecar, stub: pb_grpc.EngineStub
+    sidecar: Sidecar, open_link: Callable[[], Awaitable[Any]]
 ) -> None:
-    call = stub.Link()
+    call = await open_link()
     await asyncio.wait_for(call.read(), 10)
     await call.write(pb.LinkRequest(submits=[submit(1, 3000), submit(2, 3000)]))
     async with asyncio.timeout(10):

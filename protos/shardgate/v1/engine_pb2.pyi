@@ -178,7 +178,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoReply(_message.Message):
-    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s")
+    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s", "link_port")
     SIDECAR_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +188,7 @@ class InfoReply(_message.Message):
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    LINK_PORT_FIELD_NUMBER: _ClassVar[int]
     sidecar_id: str
     backend: str
     models: _containers.RepeatedCompositeFieldContainer[ModelCard]
@@ -197,7 +198,8 @@ class InfoReply(_message.Message):
     max_num_seqs: int
     load: LoadReport
     heartbeat_interval_s: float
-    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+    link_port: int
+    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ..., link_port: _Optional[int] = ...) -> None: ...
 
 class LinkResponse(_message.Message):
     __slots__ = ("deltas", "load", "info")

@@ -1,0 +1,70 @@
+"""The link over the gRPC `Engine/Link` stream: a writer task and a reader loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+import grpc
+from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1 import engine_pb2_grpc as pb_grpc
+
+from gateway.runtime.flush import FLUSHER
+
+if TYPE_CHECKING:
+    from gateway.upstream.link import EngineLink
+
+
+async def run(link: EngineLink) -> None:
+    """One session: returns or raises when the stream ends."""
+    from gateway.upstream.link import CHANNEL_OPTIONS
+
+    s = link.settings
+    async with grpc.aio.insecure_channel(link.address, options=CHANNEL_OPTIONS) as channel:
+        async with asyncio.timeout(s.connect_timeout_s):
+            await channel.channel_ready()
+            call = pb_grpc.EngineStub(channel).Link()
+            first = await call.read()
+        if first is grpc.aio.EOF or not first.HasField("info"):
+            raise ConnectionError("the sidecar did not announce itself")
+        wake = asyncio.Event()
+        link.kick = wake.set
+        link.announced(first.info, first.load)
+        writer = asyncio.create_task(_write(link, call, wake))
+        try:
+            await _read(link, call)
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+            call.cancel()
+
+
+async def _write(link: EngineLink, call: grpc.aio.StreamStreamCall, wake: asyncio.Event) -> None:
+    timeout = link.settings.heartbeat_timeout_s
+    while True:
+        await wake.wait()
+        wake.clear()
+        out = link.take_outgoing()
+        if out is None:
+            continue
+        async with asyncio.timeout(timeout):
+            await call.write(pb.LinkRequest(submits=out[0], aborts=out[1]))
+
+
+async def _read(link: EngineLink, call: grpc.aio.StreamStreamCall) -> None:
+    loop = asyncio.get_running_loop()
+    hb = link.settings.heartbeat_timeout_s
+    async with asyncio.timeout(hb) as deadline:
+        while True:
+            msg = await call.read()
+            if msg is grpc.aio.EOF:
+                raise ConnectionError("the sidecar closed the link")
+            deadline.reschedule(loop.time() + hb)
+            link.deliver(msg.deltas)
+            FLUSHER.flush()
+            if msg.HasField("load"):
+                link.beat(msg.load)
+            else:
+                link.last_activity = loop.time()

@@ -1,0 +1,99 @@
+"""The TCP link: engine.proto's `Link` stream as length-prefixed msgpack frames.
+
+A sidecar that announces `InfoReply.link_port` also serves its Link there, on a plain TCP
+socket. The messages are the gRPC Link's, field for field; only the per-token part (the
+deltas) is msgpack, the rest (submits, load reports, the announcement) stays serialized
+protobuf inside the frame. Per engine step this costs a fraction of a grpc.aio message on
+each side (see bench/RESULTS.md).
+
+A connection starts with the gateway writing `MAGIC`; then each side writes frames: a 4-byte
+little-endian body length, then the body. The gateway writes `Up` bodies (engine.proto
+`LinkRequest`), the sidecar `Down` bodies (`LinkResponse`), its first one carrying `info`.
+A frame over `MAX_FRAME` bytes, or a body that does not decode, ends the connection.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import msgspec
+
+MAGIC = b"SGL1"
+MAX_FRAME = 64 << 20
+_LEN = struct.Struct("<I")
+
+
+class WireDelta(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """engine.proto `Delta`, same fields in the same meaning."""
+
+    key: int
+    token_ids: list[int] = []
+    text: str = ""
+    finish: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    error_code: int = 0
+    error_message: str = ""
+    error_field: str = ""
+
+
+class Down(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """engine.proto `LinkResponse`: `load` and `info` are serialized `LoadReport`/`InfoReply`."""
+
+    deltas: list[WireDelta] = []
+    load: bytes = b""
+    info: bytes = b""
+
+
+class Up(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """engine.proto `LinkRequest`: each submit is a serialized `SubmitRequest`."""
+
+    submits: list[bytes] = []
+    aborts: list[int] = []
+
+
+class FrameError(Exception):
+    """The peer broke the framing: the connection must end."""
+
+
+def frame(body: bytes) -> bytes:
+    return _LEN.pack(len(body)) + body
+
+
+class FrameReader:
+    """Splits a byte stream into frame bodies; holds at most one partial frame."""
+
+    __slots__ = ("_limit", "_need", "_partial")
+
+    def __init__(self, limit: int = MAX_FRAME) -> None:
+        self._partial = bytearray()
+        self._need = 0  # bytes the partial frame needs before it is worth parsing
+        self._limit = limit
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The bodies that `data` completes, in order."""
+        if self._partial:
+            self._partial += data
+            if len(self._partial) < self._need:
+                return []
+            data = bytes(self._partial)
+            self._partial = bytearray()
+        pos = 0
+        end = len(data)
+        out = []
+        need = 4
+        while end - pos >= 4:
+            (size,) = _LEN.unpack_from(data, pos)
+            if size > self._limit:
+                raise FrameError(f"frame of {size} bytes is over the limit of {self._limit}")
+            need = 4 + size
+            if end - pos < need:
+                break
+            out.append(data[pos + 4 : pos + need])
+            pos += need
+            need = 4
+        if pos < end:
+            self._partial = bytearray(data[pos:])
+            self._need = need
+        return out
