@@ -72,6 +72,13 @@ class Tally:
         return FINISH_REASON.get(self.finish, "stop")
 
 
+class SSEResponse(web.StreamResponse):
+    """Holds its headers back until the first write, so that they leave in the same send() as
+    the first chunk (an SSE response always writes one right after prepare())."""
+
+    _send_headers_immediately = False
+
+
 class OpenAIServing:
     def __init__(self, service: Service, settings: GatewaySettings) -> None:
         self._service = service
@@ -138,7 +145,7 @@ class OpenAIServing:
     ) -> tuple[web.StreamResponse, bool]:
         """Streams the generation; returns the response and whether its deadline passed."""
         req = gen.request
-        resp = web.StreamResponse(headers={**SSE_HEADERS, **headers})
+        resp = SSEResponse(headers={**SSE_HEADERS, **headers})
         await resp.prepare(request)
         enc = encode.ChunkEncoder(req.request_id, req.model, int(time.time()), kind)
         buf = bytearray(enc.role_chunk())
@@ -164,14 +171,13 @@ class OpenAIServing:
             if req.include_usage:
                 enc.usage_chunk_into(buf, tally.usage())
             buf += encode.DONE
-            await resp.write(bytes(buf))
+            await resp.write_eof(bytes(buf))
             return resp, isinstance(e, TimeoutError)
         enc.finish_chunk_into(buf, tally.reason)
         if req.include_usage:
             enc.usage_chunk_into(buf, tally.usage())
         buf += encode.DONE
-        await resp.write(bytes(buf))
-        await resp.write_eof()
+        await resp.write_eof(bytes(buf))  # one send() with the chunked terminator
         return resp, False
 
     @staticmethod
