@@ -12,7 +12,8 @@ from bench import scenario as scenarios
 EPILOG = """targets (one of; default http://127.0.0.1:8080):
   --url http://HOST:PORT   the OpenAI HTTP/SSE API of a running gateway
   --grpc HOST:PORT         the gRPC API of a running gateway
-  --engine HOST:PORT       one sidecar's Engine/Generate (no gateway)
+  --engine HOST:PORT       one sidecar's Engine/Generate (no gateway); with --api link,
+                           that sidecar's TCP link (as the gateway talks to it)
   --config FILE            start `shardgate up --config FILE`, bench it, stop it
                            (CPU is then sampled for that gateway process and,
                            separately, for each of its sidecars)
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="of a gateway started with --config (INFO: one log line per request)",
     )
     o = p.add_argument_group("scenario overrides")
-    o.add_argument("--api", choices=["http", "grpc", "engine"])
+    o.add_argument("--api", choices=["http", "grpc", "engine", "link"])
     o.add_argument("--endpoint", choices=["chat", "completions"])
     o.add_argument("--model")
     o.add_argument("--mode", choices=["closed", "open"])

@@ -119,6 +119,19 @@ class GatewayTarget:
         await self._channels.close()
 
 
+def engine_request(s: Scenario, spec: RequestSpec) -> epb.SubmitRequest:
+    req = epb.SubmitRequest(request_id=f"bench-{spec.index}", model=s.model)
+    req.sampling.max_tokens = spec.max_tokens
+    req.sampling.temperature = 1.0
+    req.sampling.top_p = 1.0
+    req.sampling.ignore_eos = s.ignore_eos
+    if s.endpoint == "chat":
+        req.chat.messages.add(role="user", content=spec.prompt)
+    else:
+        req.prompt = spec.prompt
+    return req
+
+
 class EngineTarget:
     """One sidecar's per-request Generate stream: the engine without the gateway."""
 
@@ -130,17 +143,7 @@ class EngineTarget:
         self._next = itertools.cycle(range(len(self._stubs)))
 
     def message(self, spec: RequestSpec) -> epb.SubmitRequest:
-        s = self._scenario
-        req = epb.SubmitRequest(request_id=f"bench-{spec.index}", model=s.model)
-        req.sampling.max_tokens = spec.max_tokens
-        req.sampling.temperature = 1.0
-        req.sampling.top_p = 1.0
-        req.sampling.ignore_eos = s.ignore_eos
-        if s.endpoint == "chat":
-            req.chat.messages.add(role="user", content=spec.prompt)
-        else:
-            req.prompt = spec.prompt
-        return req
+        return engine_request(self._scenario, spec)
 
     async def __call__(self, spec: RequestSpec) -> Result:
         s = self._scenario

@@ -90,7 +90,7 @@ class PrefixMix(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
 class Scenario(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     name: str
     description: str = ""
-    api: Literal["http", "grpc", "engine"] = "http"
+    api: Literal["http", "grpc", "engine", "link"] = "http"
     endpoint: Literal["chat", "completions"] = "chat"
     model: str = "sim-llama"
     # closed: `concurrency` streams, each sends its next request when one ends.

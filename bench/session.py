@@ -37,6 +37,10 @@ def make_target(sc: Scenario, address: str) -> ClosableTarget:
         from bench.openai_target import OpenAITarget
 
         return OpenAITarget(address, sc)  # type: ignore[return-value]
+    if sc.api == "link":
+        from bench.link_target import LinkTarget
+
+        return LinkTarget(address, sc)  # type: ignore[return-value]
     from bench.grpc_target import EngineTarget, GatewayTarget
 
     cls = GatewayTarget if sc.api == "grpc" else EngineTarget
@@ -52,7 +56,7 @@ def address_for(sc: Scenario, args: argparse.Namespace, gw: LaunchedGateway | No
         return str(args.engine)
     if gw is not None and gw.sidecars:
         return gw.sidecars[0]
-    raise ValueError("--api engine needs --engine HOST:PORT (or --config)")
+    raise ValueError(f"--api {sc.api} needs --engine HOST:PORT (or --config)")
 
 
 def cpu_pids(args: argparse.Namespace, gw: LaunchedGateway | None) -> list[int]:

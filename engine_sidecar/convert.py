@@ -1,8 +1,9 @@
-"""Wire <-> backend conversions: the only sidecar module besides the servicer that sees pb2."""
+"""Wire <-> backend conversions (protobuf, and the TCP link's msgpack structs)."""
 
 from __future__ import annotations
 
 from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1 import wire
 
 from engine_sidecar.backend import (
     BackendInfo,
@@ -40,6 +41,36 @@ def to_request(msg: pb.SubmitRequest, key: int) -> EngineRequest:
         resume_token_ids=tuple(msg.resume_token_ids),
         priority=msg.priority,
         lora=msg.lora,
+    )
+
+
+def from_wire(sub: wire.WireSubmit) -> EngineRequest:
+    s = sub.sampling
+    return EngineRequest(
+        key=0,
+        request_id=sub.request_id,
+        model=sub.model,
+        sampling=Sampling(
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p if s.top_p > 0 else 1.0,
+            top_k=s.top_k,
+            seed=s.seed,
+            stop=tuple(s.stop),
+            ignore_eos=s.ignore_eos,
+        ),
+        prompt=sub.prompt,
+        messages=(
+            tuple(ChatMessage(role, content) for role, content in sub.messages)
+            if sub.messages is not None
+            else None
+        ),
+        prompt_token_ids=(
+            tuple(sub.prompt_token_ids) if sub.prompt_token_ids is not None else None
+        ),
+        resume_token_ids=tuple(sub.resume_token_ids),
+        priority=sub.priority,
+        lora=sub.lora,
     )
 
 

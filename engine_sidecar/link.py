@@ -15,12 +15,13 @@ from typing import NamedTuple
 from shardgate.v1 import engine_pb2 as pb
 
 from engine_sidecar import convert
-from engine_sidecar.backend import EngineDelta, Finish, LoadSnapshot, RequestError
+from engine_sidecar.backend import EngineDelta, EngineRequest, Finish, LoadSnapshot, RequestError
 from engine_sidecar.hub import Hub, Outbox
 
 log = logging.getLogger(__name__)
 
-Requests = AsyncIterator[tuple[Sequence[pb.SubmitRequest], Sequence[int]]]
+# What the gateway sends, decoded by the transport: (link key, request) pairs and aborted keys.
+Requests = AsyncIterator[tuple[Sequence[tuple[int, EngineRequest]], Sequence[int]]]
 
 
 class Batch(NamedTuple):
@@ -107,8 +108,8 @@ class LinkSession:
             async for submits, aborts in requests:
                 for key in aborts:
                     self._hub.abort(self.box, key)
-                for sub in submits:
-                    self._submit(sub)
+                for key, request in submits:
+                    self._submit(key, request)
         except Exception as e:
             log.warning("link: bad request stream: %s", str(e) or type(e).__name__)
         finally:
@@ -116,12 +117,12 @@ class LinkSession:
             self._closed = True
             self.box.wake()
 
-    def _submit(self, sub: pb.SubmitRequest) -> None:
+    def _submit(self, key: int, request: EngineRequest) -> None:
         try:
-            self._hub.submit(self.box, sub.key, convert.to_request(sub, 0))
+            self._hub.submit(self.box, key, request)
         except RequestError as e:
             error = EngineDelta(
-                sub.key,
+                key,
                 [],
                 "",
                 Finish.ERROR,
@@ -129,5 +130,5 @@ class LinkSession:
                 error_message=e.message,
                 error_field=e.field,
             )
-            self._errors.append((sub.key, error))
+            self._errors.append((key, error))
             self.box.wake()

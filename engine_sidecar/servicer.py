@@ -70,7 +70,10 @@ class EngineServicer(pb_grpc.EngineServicer):
         self, request_iterator: AsyncIterator[pb.LinkRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.LinkResponse]:
         session = self.link_session()
-        requests = ((m.submits, m.aborts) async for m in request_iterator)
+        requests = (
+            ([(sub.key, convert.to_request(sub, 0)) for sub in m.submits], m.aborts)
+            async for m in request_iterator
+        )
         self.links += 1
         try:
             async for batch in session.run(requests):

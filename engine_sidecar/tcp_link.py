@@ -14,9 +14,9 @@ import socket
 from collections.abc import Callable
 
 import msgspec
-from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import wire
 
+from engine_sidecar import convert
 from engine_sidecar.link import Batch, LinkSession, Requests
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ async def requests(reader: asyncio.StreamReader) -> Requests:
     while data := await reader.read(_READ_SIZE):
         for body in frames.feed(data):
             up = _UP.decode(body)
-            yield [pb.SubmitRequest.FromString(b) for b in up.submits], up.aborts
+            yield [(sub.key, convert.from_wire(sub)) for sub in up.submits], up.aborts
 
 
 class TcpLinkServer:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardgate.v1 import engine_pb2 as pb
-from shardgate.v1.wire import WireDelta
+from shardgate.v1.wire import WireDelta, WireSampling, WireSubmit
 
 from gateway.types import (
     GatewayError,
@@ -87,6 +87,24 @@ def to_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> p
     else:
         msg.prompt = req.prompt or ""
     return msg
+
+
+def to_wire_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> WireSubmit:
+    s = req.sampling
+    return WireSubmit(
+        key,
+        req.request_id,
+        req.model,
+        WireSampling(
+            s.max_tokens, s.temperature, s.top_p, s.top_k, s.seed, list(s.stop), s.ignore_eos
+        ),
+        (req.prompt or "") if req.messages is None else None,
+        [(m.role, m.content) for m in req.messages] if req.messages is not None else None,
+        None,
+        list(resume),
+        req.priority or 0,
+        req.lora,
+    )
 
 
 def delta_error(d: pb.Delta | WireDelta) -> GatewayError:

@@ -11,6 +11,7 @@ from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
 
 from gateway.runtime.flush import FLUSHER
+from gateway.upstream import convert
 
 if TYPE_CHECKING:
     from gateway.upstream.link import EngineLink
@@ -50,7 +51,8 @@ async def _write(link: EngineLink, call: grpc.aio.StreamStreamCall, wake: asynci
         if out is None:
             continue
         async with asyncio.timeout(timeout):
-            await call.write(pb.LinkRequest(submits=out[0], aborts=out[1]))
+            submits = [convert.to_submit(*o) for o in out[0]]
+            await call.write(pb.LinkRequest(submits=submits, aborts=out[1]))
 
 
 async def _read(link: EngineLink, call: grpc.aio.StreamStreamCall) -> None:

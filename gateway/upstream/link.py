@@ -39,6 +39,10 @@ CHANNEL_OPTIONS = [
 ]
 
 
+# A submit waiting for the link: the request, its link-local key, the tokens it resumes after.
+Outgoing = tuple[GenerationRequest, int, tuple[int, ...]]
+
+
 def _nothing() -> None:
     pass
 
@@ -76,7 +80,7 @@ class EngineLink:
         self.listener: LinkListener | None = None
         self.streams: dict[int, DeltaTarget] = {}
         self._keys = itertools.count(1)
-        self._submits: list[pb.SubmitRequest] = []
+        self._submits: list[Outgoing] = []
         self._aborts: list[int] = []
         # Set by the transport in use: makes it send what take_outgoing() returns, soon.
         self.kick: Callable[[], None] = _nothing
@@ -106,7 +110,7 @@ class EngineLink:
             raise Unavailable(f"sidecar {self.name} link is saturated")
         key = next(self._keys)
         self.streams[key] = target
-        self._submits.append(convert.to_submit(req, key, resume))
+        self._submits.append((req, key, tuple(resume)))
         self.kick()
         return key
 
@@ -184,8 +188,9 @@ class EngineLink:
         return int(info.link_port)
 
     # -- what the transports call ----------------------------------------------------------
-    def take_outgoing(self) -> tuple[list[pb.SubmitRequest], list[int]] | None:
-        """The submits and aborts queued since the last call, or None when there are none."""
+    def take_outgoing(self) -> tuple[list[Outgoing], list[int]] | None:
+        """The submits (each transport encodes them its way) and aborts queued since the last
+        call, or None when there are none."""
         if not self._submits and not self._aborts:
             return None
         out = (self._submits, self._aborts)

@@ -19,6 +19,7 @@ from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import wire
 
 from gateway.runtime.flush import FLUSHER
+from gateway.upstream import convert
 
 if TYPE_CHECKING:
     from gateway.upstream.link import EngineLink
@@ -109,7 +110,7 @@ class LinkProtocol(asyncio.Protocol):
             return
         out = self.link.take_outgoing()
         if out is not None:
-            submits = [m.SerializeToString() for m in out[0]]
+            submits = [convert.to_wire_submit(*o) for o in out[0]]
             self.transport.write(wire.frame(_UP.encode(wire.Up(submits, out[1]))))
 
     def pause_writing(self) -> None:

@@ -38,6 +38,21 @@ async def stub(sidecar: Sidecar) -> AsyncIterator[pb_grpc.EngineStub]:
         yield pb_grpc.EngineStub(ch)
 
 
+def wire_submit(m: pb.SubmitRequest) -> wire.WireSubmit:
+    s = m.sampling
+    which = m.WhichOneof("input")
+    return wire.WireSubmit(
+        m.key,
+        m.request_id,
+        m.model,
+        wire.WireSampling(
+            s.max_tokens, s.temperature, s.top_p, s.top_k, None, list(s.stop), s.ignore_eos
+        ),
+        prompt=m.prompt if which == "prompt" else None,
+        messages=[(c.role, c.content) for c in m.chat.messages] if which == "chat" else None,
+    )
+
+
 class WireCall:
     """The TCP link driven like a gRPC Link call: the same messages in and out."""
 
@@ -64,12 +79,16 @@ class WireCall:
         return msg
 
     async def write(self, msg: pb.LinkRequest) -> None:
-        up = wire.Up([m.SerializeToString() for m in msg.submits], list(msg.aborts))
+        up = wire.Up([wire_submit(m) for m in msg.submits], list(msg.aborts))
         self._writer.write(wire.frame(msgspec.msgpack.encode(up)))
         await self._writer.drain()
 
     def cancel(self) -> None:
         self._writer.close()
+
+    async def closed(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._writer.wait_closed(), 5)
 
 
 @pytest.fixture(params=["grpc", "tcp"])
@@ -91,6 +110,8 @@ async def open_link(
     yield open_
     for call in calls:
         call.cancel()
+        if isinstance(call, WireCall):
+            await call.closed()
 
 
 async def eventually(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:

@@ -4,6 +4,7 @@ does with a peer that breaks the protocol or goes silent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -75,6 +76,12 @@ async def sidecar() -> AsyncIterator[Sidecar]:
     await s.stop(0.5)
 
 
+async def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(writer.wait_closed(), 5)
+
+
 async def closed_by_peer(reader: asyncio.StreamReader) -> bool:
     """Reads until EOF (the peer closed the connection); False if it stays open for 5 s."""
     try:
@@ -92,7 +99,7 @@ async def closed_by_peer(reader: asyncio.StreamReader) -> bool:
         b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # not a link at all
         wire.MAGIC + (1 << 31).to_bytes(4, "little"),  # a frame over the size limit
         wire.MAGIC + wire.frame(b"\xc1 not msgpack"),  # a body that does not decode
-        wire.MAGIC + wire.frame(msgspec.msgpack.encode([[b"\x08"], []])),  # a bad SubmitRequest
+        wire.MAGIC + wire.frame(msgspec.msgpack.encode([[b"\x08"], []])),  # a submit of bad shape
     ],
 )
 async def test_sidecar_ends_a_connection_that_breaks_the_protocol(
@@ -101,7 +108,7 @@ async def test_sidecar_ends_a_connection_that_breaks_the_protocol(
     reader, writer = await asyncio.open_connection("127.0.0.1", sidecar.link_port)
     writer.write(payload)
     assert await closed_by_peer(reader)
-    writer.close()
+    await close(writer)
     # The sidecar is unharmed: a proper link still gets its announcement.
     reader, writer = await asyncio.open_connection("127.0.0.1", sidecar.link_port)
     writer.write(wire.MAGIC)
@@ -112,7 +119,7 @@ async def test_sidecar_ends_a_connection_that_breaks_the_protocol(
             got = frames.feed(await reader.read(1 << 16))
     first = msgspec.msgpack.decode(got[0], type=wire.Down)
     assert pb.InfoReply.FromString(first.info).models[0].name == "sim-llama"
-    writer.close()
+    await close(writer)
 
 
 # -- the gateway's side ----------------------------------------------------------------------
@@ -129,7 +136,13 @@ Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 async def run_against(script: Script, heartbeat_timeout_s: float = 5.0) -> BaseException:
     """Runs one gateway session against a fake sidecar; returns how the session ended."""
-    server = await asyncio.start_server(script, "127.0.0.1", 0)
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await script(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     settings = LinkSettings(connect_timeout_s=2.0, heartbeat_timeout_s=heartbeat_timeout_s)
     link = EngineLink("fake", f"127.0.0.1:{port}", settings)
@@ -140,6 +153,7 @@ async def run_against(script: Script, heartbeat_timeout_s: float = 5.0) -> BaseE
         return e
     finally:
         server.close()
+        await server.wait_closed()
     raise AssertionError("the session should have ended with an error")
 
 
@@ -208,6 +222,7 @@ async def test_gateway_link_delivers_frames_split_anywhere() -> None:
         async with asyncio.timeout(10):
             await tcp_link.run(link, "127.0.0.1", port)
     server.close()
+    await server.wait_closed()
     assert [d.text for d in got] == ["t0", "t1", "t2", "t3", "t4", ""]
     assert got[-1].completion_tokens == 5 and got[-1].prompt_tokens == 3
     assert link.info is not None and link.info.sidecar_id == "fake-1"

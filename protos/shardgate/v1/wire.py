@@ -1,10 +1,10 @@
 """The TCP link: engine.proto's `Link` stream as length-prefixed msgpack frames.
 
 A sidecar that announces `InfoReply.link_port` also serves its Link there, on a plain TCP
-socket. The messages are the gRPC Link's, field for field; only the per-token part (the
-deltas) is msgpack, the rest (submits, load reports, the announcement) stays serialized
-protobuf inside the frame. Per engine step this costs a fraction of a grpc.aio message on
-each side (see bench/RESULTS.md).
+socket. The messages are the gRPC Link's, field for field, in msgpack (arrays, not maps);
+only what travels once per link or per heartbeat (the announcement, load reports) stays
+serialized protobuf inside the frame. Per engine step and per request this costs a fraction of
+what grpc.aio and protobuf objects cost on each side (see bench/RESULTS.md).
 
 A connection starts with the gateway writing `MAGIC`; then each side writes frames: a 4-byte
 little-endian body length, then the body. The gateway writes `Up` bodies (engine.proto
@@ -38,6 +38,33 @@ class WireDelta(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     error_field: str = ""
 
 
+class WireSampling(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """engine.proto `SamplingParams`."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: list[str] = []
+    ignore_eos: bool = False
+
+
+class WireSubmit(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """engine.proto `SubmitRequest`: exactly one of prompt / messages / prompt_token_ids."""
+
+    key: int
+    request_id: str
+    model: str
+    sampling: WireSampling
+    prompt: str | None = None
+    messages: list[tuple[str, str]] | None = None  # (role, content)
+    prompt_token_ids: list[int] | None = None
+    resume_token_ids: list[int] = []
+    priority: int = 0
+    lora: str = ""
+
+
 class Down(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     """engine.proto `LinkResponse`: `load` and `info` are serialized `LoadReport`/`InfoReply`."""
 
@@ -47,9 +74,9 @@ class Down(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 
 
 class Up(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """engine.proto `LinkRequest`: each submit is a serialized `SubmitRequest`."""
+    """engine.proto `LinkRequest`."""
 
-    submits: list[bytes] = []
+    submits: list[WireSubmit] = []
     aborts: list[int] = []
 
 
