@@ -136,6 +136,7 @@ Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 async def run_against(script: Script, heartbeat_timeout_s: float = 5.0) -> BaseException:
     """Runs one gateway session against a fake sidecar; returns how the session ended."""
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await script(reader, writer)
