@@ -14,7 +14,6 @@ from engine_sidecar.backend import (
     EngineDelta,
     EngineRequest,
     ErrorCode,
-    Finish,
     RequestError,
 )
 
@@ -90,7 +89,7 @@ class Hub:
             if owner is None:
                 continue
             box, key = owner
-            if d.finish is not Finish.NONE:
+            if d.finish:
                 del owners[d.key]
                 box.keys.pop(key, None)
             pending = box.pending

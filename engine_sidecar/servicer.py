@@ -10,7 +10,7 @@ from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
 
 from engine_sidecar import convert
-from engine_sidecar.backend import Backend, ErrorCode, Finish, RequestError
+from engine_sidecar.backend import Backend, ErrorCode, RequestError
 from engine_sidecar.backends.sim import SimFaults
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.hub import Hub, Outbox
@@ -133,7 +133,7 @@ class EngineServicer(pb_grpc.EngineServicer):
                     out = pb.Delta()
                     convert.fill_delta(out, key, d)
                     yield out
-                    if d.finish is not Finish.NONE:
+                    if d.finish:
                         return
         finally:
             self._hub.release(box)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -12,12 +11,12 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from gateway.config.schema import GatewaySettings
+from gateway.ids import new_request_id
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.service import Service
 from gateway.types import (
     FINISH_REASON,
-    Finish,
     GatewayError,
     GenerationRequest,
     InvalidRequest,
@@ -73,7 +72,7 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
     if m.request_id and not _REQUEST_ID.match(m.request_id):
         raise InvalidRequest("request_id must be 1-128 of [A-Za-z0-9._:-]", "request_id")
     return GenerationRequest(
-        request_id=m.request_id or uuid.uuid4().hex,
+        request_id=m.request_id or new_request_id(),
         model=m.model,
         sampling=Sampling(
             max_tokens=m.max_tokens or default_max_tokens,
@@ -116,46 +115,37 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             gen = self._service.submit(req, bearer_key(metadata.get("authorization")))
         except GatewayError as e:
             await context.abort(status_of(e), e.message, trailing(e))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.request_timeout_s
-        timed_out = False
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        gen.arm(deadline, self.settings.first_token_timeout_s)
         counted = 0
         prompt = cached = 0
         try:
-            batch = await gen.first_batch(deadline, self.settings.first_token_timeout_s)
+            batch = await gen.first_batch()
             initial = [("x-request-id", req.request_id), *gen.headers]
             if gen.first_replica:
                 initial.append(("x-shardgate-replica", gen.first_replica))
             await context.send_initial_metadata(tuple(initial))
-            async with asyncio.timeout_at(deadline):
-                while batch:
-                    for d in batch:
-                        counted += len(d.token_ids)
-                        if d.prompt_tokens:
-                            prompt, cached = d.prompt_tokens, d.cached_tokens
-                        if not (d.token_ids or d.text or d.finish or d.prompt_tokens):
-                            continue  # a keep-alive while queued: HTTP/2 pings do that here
-                        out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
-                        if d.finish is not Finish.NONE:
-                            completion = d.completion_tokens or counted
-                            out.finish_reason = FINISH_REASON.get(d.finish, "stop")
-                            out.model = req.model
-                            out.usage.prompt_tokens = prompt
-                            out.usage.completion_tokens = completion
-                            out.usage.total_tokens = prompt + completion
-                            out.usage.cached_tokens = cached
-                        yield out
-                    batch = await gen.take()
-        except TimeoutError:
-            timed_out = True
-            await context.abort(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                "The request ran past its deadline.",
-                usage_trailer(prompt, counted),
-            )
+            while batch:
+                for d in batch:
+                    counted += len(d.token_ids)
+                    if d.prompt_tokens:
+                        prompt, cached = d.prompt_tokens, d.cached_tokens
+                    if not (d.token_ids or d.text or d.finish or d.prompt_tokens):
+                        continue  # a keep-alive while queued: HTTP/2 pings do that here
+                    out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
+                    if d.finish:
+                        completion = d.completion_tokens or counted
+                        out.finish_reason = FINISH_REASON.get(d.finish, "stop")
+                        out.model = req.model
+                        out.usage.prompt_tokens = prompt
+                        out.usage.completion_tokens = completion
+                        out.usage.total_tokens = prompt + completion
+                        out.usage.cached_tokens = cached
+                    yield out
+                batch = await gen.take()
         except GatewayError as e:
             await context.abort(
                 status_of(e), e.message, (*trailing(e), *usage_trailer(prompt, counted))
             )
         finally:
-            gen.close(timed_out)
+            gen.close()

@@ -6,7 +6,6 @@ import hmac
 import logging
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ from aiohttp import web
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
 from gateway.config.schema import Config, GatewaySettings
+from gateway.ids import new_request_id
 from gateway.observability.metrics import GatewayMetrics
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
@@ -65,7 +65,7 @@ def redacted(config: Config) -> Any:
 async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     rid = request.headers.get("x-request-id", "")
     if not _REQUEST_ID.match(rid):
-        rid = uuid.uuid4().hex
+        rid = new_request_id()
     request[REQUEST_ID] = rid
     try:
         resp = await handler(request)

@@ -39,6 +39,10 @@ class Owner(Protocol):
 
 class Job:
     __slots__ = (
+        "_began",
+        "_deadline",
+        "_task",
+        "_timer",
         "arrival",
         "attempts",
         "cached_tokens",
@@ -108,6 +112,10 @@ class Job:
         self.observe_itl: Callable[[float], None] | None = None
         self.ticket: Admitted | None = None  # the admission ticket, settled when done
         self.waiter: Waiter[Job] | None = None  # its place in the pool's queue
+        self._began = False  # the client side took its first output
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[object] | None = None  # the client side's, once armed
 
     # -- from the link reader ------------------------------------------------------------
     @property
@@ -128,7 +136,7 @@ class Job:
         if d.prompt_tokens:
             self.prompt_tokens = d.prompt_tokens
             self.cached_tokens = d.cached_tokens
-        if d.finish is not Finish.NONE:
+        if d.finish:  # (not `is not Finish.NONE`: enum attribute access is slow in 3.11)
             self.link = None
             self.state = State.DONE
             self.finish = d.finish
@@ -147,24 +155,66 @@ class Job:
     async def take(self) -> list[Delta]:
         return await self.out.take()
 
-    async def first_batch(self, deadline: float, timeout_s: float) -> list[Delta]:
-        """The first output (tokens, an error, or a keep-alive while queued), waiting at most
-        `timeout_s` and never past the request's `deadline` (loop time)."""
+    def arm(self, deadline: float, first_output_s: float) -> None:
+        """Start the request's clock (loop time), one timer for both limits: no output at all
+        within `first_output_s`, or not finished by `deadline`, fails the client's stream with a
+        504 and aborts the engine request at once."""
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout_at(min(deadline, loop.time() + timeout_s)):
-                return await self.out.take()
-        except TimeoutError:
-            self.timed_out = True
-            raise GatewayTimeout("Timed out waiting for the engine to start.") from None
+        self._deadline = deadline
+        self._task = asyncio.current_task()
+        self._timer = loop.call_at(min(deadline, loop.time() + first_output_s), self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        done = self.state is State.DONE
+        if not self._began and not self.out.pending and not done:
+            error = GatewayTimeout("Timed out waiting for the engine to start.")
+        elif loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._expire)
+            return
+        elif done:
+            # The engine side is over; a client side still here past the deadline is stuck in
+            # a write to a client that stopped reading.
+            if not self.out.waiting:
+                self._cut()
+            return
+        else:
+            error = GatewayTimeout("The request ran past its deadline.")
+        self.timed_out = True
+        waiting = self.out.waiting
+        self.out.fail(error)  # the client side learns it (504, error event, gRPC status)
+        self.owner.failed(self, ClientGone(True))  # and the engine stops, whatever it does
+        if not waiting:
+            self._cut()  # stuck elsewhere, in a write to a client that stopped reading
+        else:
+            self._timer = loop.call_later(CUT_AFTER_S, self._cut)
+
+    def _cut(self) -> None:
+        """Ends the client side's task: nothing more can be told to that client."""
+        self._timer = None
+        if self._task is not None:
+            self._task.cancel()
+
+    async def first_batch(self) -> list[Delta]:
+        """The first output: tokens, an error, or a keep-alive while queued."""
+        batch = await self.out.take()
+        self._began = True
+        return batch
 
     def close(self, timed_out: bool = False) -> None:
         """The client is done with the request (finished, failed, gone or out of time)."""
+        self._task = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.state is not State.DONE:
             self.owner.failed(self, ClientGone(timed_out or self.timed_out))
 
 
 _clock = time.monotonic
+# After its deadline, a request's client side gets this long to write the error and close.
+CUT_AFTER_S = 5.0
 
 
 class ClientGone(GatewayError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from gateway.types import Delta, Finish, GatewayError
+from gateway.types import Delta, GatewayError
 
 
 def merge(deltas: list[Delta]) -> Delta:
@@ -22,7 +22,7 @@ def merge(deltas: list[Delta]) -> Delta:
         if d.prompt_tokens:
             out.prompt_tokens = d.prompt_tokens
             out.cached_tokens = d.cached_tokens
-        if d.finish is not Finish.NONE:
+        if d.finish:
             out.finish = d.finish
             out.completion_tokens = d.completion_tokens
     out.text = "".join(texts)
@@ -47,13 +47,18 @@ class ResponseStream:
         if sink is not None and not pending and sink(delta):
             return
         pending.append(delta)
-        if delta.finish is not Finish.NONE:
+        if delta.finish:
             self.done = True
         elif len(pending) > self.max_pending:
             self.pending = [merge(pending)]
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
+
+    @property
+    def waiting(self) -> bool:
+        """The client side is waiting in `take`."""
+        return self._waiter is not None
 
     def fail(self, error: GatewayError) -> None:
         if self.done:

@@ -36,7 +36,7 @@ class Usage:
             self.sent_first = True
             d.prompt_tokens = self.prompt_tokens
             d.cached_tokens = min(cached_tokens, self.prompt_tokens)
-        if finish is not Finish.NONE:
+        if finish:
             if completion_tokens is not None:
                 self.completion = completion_tokens
             d.prompt_tokens = self.prompt_tokens

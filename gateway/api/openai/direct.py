@@ -15,7 +15,7 @@ from typing import Protocol, cast
 
 from gateway.api.openai.encode import ChunkEncoder
 from gateway.runtime.flush import FLUSHER
-from gateway.types import Delta, Finish
+from gateway.types import Delta
 
 # Bytes queued in the transport beyond which frames wait for the handler (and its drain).
 HIGH_WATER = 64 << 10
@@ -39,7 +39,7 @@ class DirectSink:
         self._buf = bytearray(_HEAD)
 
     def __call__(self, d: Delta) -> bool:
-        if d.finish is not Finish.NONE or not (d.token_ids or d.text):
+        if d.finish or not (d.token_ids or d.text):
             return False
         t = self._transport
         if t.is_closing() or t.get_write_buffer_size() > HIGH_WATER:

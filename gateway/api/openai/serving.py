@@ -19,7 +19,6 @@ from gateway.types import (
     Delta,
     Finish,
     GatewayError,
-    GatewayTimeout,
     GenerationRequest,
     InvalidRequest,
     Usage,
@@ -60,7 +59,7 @@ class Tally:
         if d.prompt_tokens:
             self.prompt = d.prompt_tokens
             self.cached = d.cached_tokens
-        if d.finish is not Finish.NONE:
+        if d.finish:
             self.finish = d.finish
             self.completion = d.completion_tokens
 
@@ -95,27 +94,18 @@ class OpenAIServing:
             req.priority = parse_priority(asked)
         req.session_id = headers.get("x-session-id", "")[:128]
         gen = self._service.submit(req, bearer_key(headers.get("Authorization")))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.request_timeout_s
-        timed_out = False
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        gen.arm(deadline, self.settings.first_token_timeout_s)
         try:
-            batch = await gen.first_batch(deadline, self.settings.first_token_timeout_s)
+            batch = await gen.first_batch()
             out_headers = dict(gen.headers)
             if gen.first_replica:
                 out_headers["x-shardgate-replica"] = gen.first_replica
             if req.stream:
-                resp, timed_out = await self._stream(
-                    request, gen, kind, batch, out_headers, deadline
-                )
-                return resp
-            try:
-                async with asyncio.timeout_at(deadline):
-                    return await self._unary(gen, kind, batch, out_headers)
-            except TimeoutError:
-                timed_out = True
-                raise GatewayTimeout("The request ran past its deadline.") from None
+                return await self._stream(request, gen, kind, batch, out_headers)
+            return await self._unary(gen, kind, batch, out_headers)
         finally:
-            gen.close(timed_out)
+            gen.close()
 
     async def _unary(
         self, gen: Job, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
@@ -141,9 +131,9 @@ class OpenAIServing:
         kind: encode.ChunkKind,
         batch: list[Delta],
         headers: dict[str, str],
-        deadline: float,
-    ) -> tuple[web.StreamResponse, bool]:
-        """Streams the generation; returns the response and whether its deadline passed."""
+    ) -> web.StreamResponse:
+        """Streams the generation (the job's timer ends it with an error event if it runs past
+        its deadline)."""
         req = gen.request
         resp = SSEResponse(headers={**SSE_HEADERS, **headers})
         await resp.prepare(request)
@@ -156,29 +146,27 @@ class OpenAIServing:
             chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
             sink = DirectSink(transport, chunked, enc, tally)
         try:
-            async with asyncio.timeout_at(deadline):
-                try:
-                    await self._relay(resp, gen, enc, batch, buf, tally, sink)
-                finally:
-                    gen.out.sink = None
-                    if sink is not None:
-                        sink.flush()
-        except (GatewayError, TimeoutError) as e:
-            err = e if isinstance(e, GatewayError) else GatewayTimeout("Deadline passed.")
+            try:
+                await self._relay(resp, gen, enc, batch, buf, tally, sink)
+            finally:
+                gen.out.sink = None
+                if sink is not None:
+                    sink.flush()
+        except GatewayError as e:
             # The stream already started: the error travels as an SSE event, with the usage
             # so far when the client asked for usage.
-            buf += enc.error_event(err.message, err.type, err.status)
+            buf += enc.error_event(e.message, e.type, e.status)
             if req.include_usage:
                 enc.usage_chunk_into(buf, tally.usage())
             buf += encode.DONE
             await resp.write_eof(bytes(buf))
-            return resp, isinstance(e, TimeoutError)
+            return resp
         enc.finish_chunk_into(buf, tally.reason)
         if req.include_usage:
             enc.usage_chunk_into(buf, tally.usage())
         buf += encode.DONE
         await resp.write_eof(bytes(buf))  # one send() with the chunked terminator
-        return resp, False
+        return resp
 
     @staticmethod
     async def _relay(
@@ -199,7 +187,7 @@ class OpenAIServing:
             for d in batch:
                 if d.token_ids or d.text:
                     enc.token_chunk_into(buf, d.text)
-                elif d.finish is Finish.NONE and not d.prompt_tokens:
+                elif not d.finish and not d.prompt_tokens:
                     buf += KEEPALIVE  # waiting in a queue: keep the connection alive
                 tally.add(d)
             if buf:
