@@ -19,7 +19,6 @@ from gateway.types import Delta
 
 # Bytes queued in the transport beyond which frames wait for the handler (and its drain).
 HIGH_WATER = 64 << 10
-_HEAD = 8  # room for the chunk-size line, written in front once the payload's size is known
 
 
 class Counter(Protocol):
@@ -27,7 +26,7 @@ class Counter(Protocol):
 
 
 class DirectSink:
-    __slots__ = ("_buf", "_chunked", "_enc", "_tally", "_transport")
+    __slots__ = ("_buf", "_chunked", "_dirty", "_enc", "_tally", "_transport")
 
     def __init__(
         self, transport: asyncio.BaseTransport, chunked: bool, enc: ChunkEncoder, tally: Counter
@@ -36,35 +35,30 @@ class DirectSink:
         self._chunked = chunked
         self._enc = enc
         self._tally = tally
-        self._buf = bytearray(_HEAD)
+        self._buf = bytearray()
+        self._dirty = False  # holds frames, and is on the flusher's list
 
     def __call__(self, d: Delta) -> bool:
         if d.finish or not (d.token_ids or d.text):
             return False
-        t = self._transport
-        if t.is_closing() or t.get_write_buffer_size() > HIGH_WATER:
-            return False
-        self._tally.add(d)
-        buf = self._buf
-        if len(buf) == _HEAD:
+        if not self._dirty:  # the first frame of this message: is the client keeping up?
+            t = self._transport
+            if t.is_closing() or t.get_write_buffer_size() > HIGH_WATER:
+                return False
+            self._dirty = True
             FLUSHER.dirty.append(self)
-        self._enc.token_chunk_into(buf, d.text)
+        self._tally.add(d)
+        self._enc.token_chunk_into(self._buf, d.text)
         return True
 
     def flush(self) -> None:
         """Send what was buffered (called once the link reader finished its message)."""
+        self._dirty = False
         buf = self._buf
-        size = len(buf) - _HEAD
-        if size <= 0:
+        if not buf:
             return
         t = self._transport
         if not t.is_closing():
-            if self._chunked:
-                head = b"%x\r\n" % size
-                start = _HEAD - len(head)
-                buf[start:_HEAD] = head
-                buf += b"\r\n"
-                t.write(buf[start:])  # a copy: the transport may keep what it is given
-            else:
-                t.write(buf[_HEAD:])
-        del buf[_HEAD:]
+            # New bytes either way: the transport may keep what it is given.
+            t.write(b"".join((b"%x\r\n" % len(buf), buf, b"\r\n")) if self._chunked else bytes(buf))
+        buf.clear()
