@@ -1,10 +1,9 @@
 """Prometheus metrics with closed label sets, and structured JSON logs."""
 
 from gateway.observability.labels import Outcome, RejectReason, ReplicaState
-from gateway.observability.metrics import BufferPoolUse, GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics
 
 __all__ = [
-    "BufferPoolUse",
     "GatewayMetrics",
     "Outcome",
     "RejectReason",

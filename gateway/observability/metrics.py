@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.config.pricing import ModelPrice, Pricing
-from gateway.observability.callbacks import BufferPoolUse, CallbackCollector, PoolReader
+from gateway.observability.callbacks import CallbackCollector
 from gateway.observability.histogram import HistogramChild, LoopHistogram
 from gateway.observability.labels import (
     ANONYMOUS,
@@ -35,7 +35,7 @@ from gateway.observability.labels import (
     reason_of,
 )
 
-__all__ = ["BufferPoolUse", "GatewayMetrics"]
+__all__ = ["GatewayMetrics"]
 
 # Seconds. TTFT 5 ms .. 60 s and ITL 1 ms .. 5 s; 0.5 is a bound of both, the alerts' threshold.
 TTFT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0,
@@ -325,10 +325,6 @@ class GatewayMetrics:
     def register_heartbeat_age(self, callback: Callable[[], Mapping[str, float]]) -> None:
         """`callback()` -> {replica: seconds since its link's last message}; replaces any."""
         self._callbacks.heartbeat_ages = callback
-
-    def register_buffer_pool(self, callback: PoolReader, pool: str = "frames") -> None:
-        """`callback()` -> BufferPoolUse for the pool named `pool` (a fixed name in code)."""
-        self._callbacks.pools[pool] = callback
 
     def render(self) -> tuple[bytes, str]:
         """The /metrics body and its Content-Type."""

@@ -15,7 +15,6 @@ from engine_sidecar.metrics import SidecarMetrics
 from gateway.config import loader
 from gateway.config.pricing import ModelPrice, Pricing, TenantBudget
 from gateway.observability import (
-    BufferPoolUse,
     GatewayMetrics,
     Outcome,
     RejectReason,
@@ -47,7 +46,6 @@ def exported() -> set[str]:
     g.set_config(1, "ab")
     g.reload_failed()
     g.register_heartbeat_age(lambda: {"r": 0.1})
-    g.register_buffer_pool(lambda: BufferPoolUse(in_use=1, capacity=2))
     s = SidecarMetrics(
         lambda: LoadSnapshot(running=1, waiting=1, kv_usage=0.5, max_num_seqs=4, ready=True),
         "m",

@@ -4,7 +4,6 @@ import pytest
 
 from gateway.config.pricing import ModelPrice, Pricing, TenantBudget
 from gateway.observability import (
-    BufferPoolUse,
     GatewayMetrics,
     Outcome,
     RejectReason,
@@ -205,18 +204,12 @@ def test_config_version_hash_and_reload_failures() -> None:
 def test_callback_gauges_are_read_at_scrape_time() -> None:
     m = make()
     ages = {"sim-a": 0.25}
-    use = [BufferPoolUse(in_use=3, capacity=64, exhausted=1)]
     m.register_heartbeat_age(lambda: ages)
-    m.register_buffer_pool(lambda: use[0])
     assert value(scrape(m), "shardgate_link_heartbeat_age_seconds", replica="sim-a") == 0.25
 
     ages["sim-a"] = 4.0
-    use[0] = BufferPoolUse(in_use=9, capacity=64, exhausted=2)
     s = scrape(m)
     assert value(s, "shardgate_link_heartbeat_age_seconds", replica="sim-a") == 4.0
-    assert value(s, "shardgate_buffer_pool_in_use", pool="frames") == 9
-    assert value(s, "shardgate_buffer_pool_capacity", pool="frames") == 64
-    assert value(s, "shardgate_buffer_pool_exhausted_total", pool="frames") == 2
 
 
 def test_a_failing_callback_does_not_break_the_scrape(caplog: pytest.LogCaptureFixture) -> None:
@@ -226,11 +219,9 @@ def test_a_failing_callback_does_not_break_the_scrape(caplog: pytest.LogCaptureF
         raise RuntimeError("boom")
 
     m.register_heartbeat_age(broken)
-    m.register_buffer_pool(lambda: BufferPoolUse(in_use=1, capacity=2))
     m.migrated("llama")
     s = scrape(m)
     assert value(s, "shardgate_migrations_total", model="llama") == 1
-    assert value(s, "shardgate_buffer_pool_in_use", pool="frames") == 1
     assert "heartbeat age callback failed" in caplog.text
 
 
