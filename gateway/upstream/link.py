@@ -173,10 +173,15 @@ class EngineLink:
         port = await self._tcp_port() if s.transport == "auto" else 0
         if port:
             self.transport = "tcp"
-            await tcp_link.run(self, self.address.rpartition(":")[0], port)
-        else:
-            self.transport = "grpc"
-            await grpc_link.run(self)
+            try:
+                await tcp_link.run(self, self.address.rpartition(":")[0], port)
+                return
+            except tcp_link.Unreachable as e:
+                # gRPC got through, the TCP link does not (a firewall, a port not exposed):
+                # the gRPC Link carries the same requests, at a higher cost per message.
+                log.warning("link %s: TCP link unreachable (%s); using the gRPC Link", self.name, e)
+        self.transport = "grpc"
+        await grpc_link.run(self)
 
     async def _tcp_port(self) -> int:
         """The port of the sidecar's TCP link, from its Info (0: it serves none)."""

@@ -30,6 +30,10 @@ _DOWN = msgspec.msgpack.Decoder(wire.Down)
 _UP = msgspec.msgpack.Encoder()
 
 
+class Unreachable(ConnectionError):
+    """The TCP link could not be opened (nothing was announced on it)."""
+
+
 class LinkProtocol(asyncio.Protocol):
     def __init__(self, link: EngineLink, loop: asyncio.AbstractEventLoop) -> None:
         self.link = link
@@ -127,9 +131,12 @@ async def run(link: EngineLink, host: str, port: int) -> None:
     s = link.settings
     proto = LinkProtocol(link, loop)
     try:
-        async with asyncio.timeout(s.connect_timeout_s):
-            await loop.create_connection(lambda: proto, host, port)
-            await asyncio.shield(proto.announced)
+        try:
+            async with asyncio.timeout(s.connect_timeout_s):
+                await loop.create_connection(lambda: proto, host, port)
+                await asyncio.shield(proto.announced)
+        except (OSError, TimeoutError) as e:
+            raise Unreachable(f"{host}:{port}: {str(e) or type(e).__name__}") from e
         await _watch(proto, s.heartbeat_timeout_s)
     finally:
         if proto.transport is not None:

@@ -227,3 +227,17 @@ async def test_gateway_link_delivers_frames_split_anywhere() -> None:
     assert [d.text for d in got] == ["t0", "t1", "t2", "t3", "t4", ""]
     assert got[-1].completion_tokens == 5 and got[-1].prompt_tokens == 3
     assert link.info is not None and link.info.sidecar_id == "fake-1"
+
+
+async def test_gateway_falls_back_to_grpc_when_the_tcp_link_is_unreachable(
+    sidecar: Sidecar,
+) -> None:
+    await sidecar.tcp_link.stop()  # still announced in Info, but nothing listens any more
+    link = EngineLink("t", f"127.0.0.1:{sidecar.port}", LinkSettings(connect_timeout_s=2.0))
+    link.start()
+    try:
+        assert await link.wait_connected(10)
+        assert link.transport == "grpc"
+        assert sidecar.servicer.links == 1
+    finally:
+        await link.close()

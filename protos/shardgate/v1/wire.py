@@ -23,7 +23,7 @@ MAX_FRAME = 64 << 20
 _LEN = struct.Struct("<I")
 
 
-class WireDelta(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class WireDelta(msgspec.Struct, array_like=True, gc=False):
     """engine.proto `Delta`, same fields in the same meaning."""
 
     key: int
@@ -38,7 +38,7 @@ class WireDelta(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     error_field: str = ""
 
 
-class WireSampling(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class WireSampling(msgspec.Struct, array_like=True, gc=False):
     """engine.proto `SamplingParams`."""
 
     max_tokens: int
@@ -50,7 +50,7 @@ class WireSampling(msgspec.Struct, array_like=True, omit_defaults=True, gc=False
     ignore_eos: bool = False
 
 
-class WireSubmit(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class WireSubmit(msgspec.Struct, array_like=True, gc=False):
     """engine.proto `SubmitRequest`: exactly one of prompt / messages / prompt_token_ids."""
 
     key: int
@@ -65,7 +65,7 @@ class WireSubmit(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     lora: str = ""
 
 
-class Down(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class Down(msgspec.Struct, array_like=True, gc=False):
     """engine.proto `LinkResponse`: `load` and `info` are serialized `LoadReport`/`InfoReply`."""
 
     deltas: list[WireDelta] = []
@@ -73,7 +73,7 @@ class Down(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     info: bytes = b""
 
 
-class Up(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class Up(msgspec.Struct, array_like=True, gc=False):
     """engine.proto `LinkRequest`."""
 
     submits: list[WireSubmit] = []
