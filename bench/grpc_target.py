@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import Protocol
 
 import grpc
 from shardgate.v1 import engine_pb2 as epb
@@ -119,6 +120,37 @@ class GatewayTarget:
         await self._channels.close()
 
 
+class LastDelta(Protocol):
+    """The fields of engine.proto `Delta` that end a request (pb or the TCP link's)."""
+
+    @property
+    def finish(self) -> int: ...
+    @property
+    def error_code(self) -> int: ...
+    @property
+    def error_message(self) -> str: ...
+    @property
+    def completion_tokens(self) -> int: ...
+
+
+def check_last_delta(
+    last: LastDelta | None, clock: TokenClock, s: Scenario, spec: RequestSpec, errors: list[str]
+) -> str:
+    """Checks an engine stream's final delta against what was counted; appends the kinds of
+    errors found to `errors` and returns the detail of the first."""
+    if last is None or last.finish == epb.FINISH_NONE:
+        errors.append(kinds.MISSING_FINISH)
+    elif last.finish == epb.FINISH_ERROR or last.error_code:
+        errors.append(kinds.ERROR_EVENT)
+        return f"{kinds.ERROR_EVENT}: {last.error_message}"
+    else:
+        if last.completion_tokens != clock.tokens:
+            errors.append(kinds.TOKEN_COUNT)
+        if s.ignore_eos and last.completion_tokens != spec.max_tokens:
+            errors.append(kinds.MAX_TOKENS)
+    return ""
+
+
 def engine_request(s: Scenario, spec: RequestSpec) -> epb.SubmitRequest:
     req = epb.SubmitRequest(request_id=f"bench-{spec.index}", model=s.model)
     req.sampling.max_tokens = spec.max_tokens
@@ -165,16 +197,7 @@ class EngineTarget:
             detail = f"{errors[0]}: {e.details()}"
         end = time.perf_counter()
         if not errors:
-            if last is None or last.finish == epb.FINISH_NONE:
-                errors.append(kinds.MISSING_FINISH)
-            elif last.finish == epb.FINISH_ERROR or last.error_code:
-                errors.append(kinds.ERROR_EVENT)
-                detail = f"{kinds.ERROR_EVENT}: {last.error_message}"
-            else:
-                if last.completion_tokens != clock.tokens:
-                    errors.append(kinds.TOKEN_COUNT)
-                if s.ignore_eos and last.completion_tokens != spec.max_tokens:
-                    errors.append(kinds.MAX_TOKENS)
+            detail = check_last_delta(last, clock, s, spec, errors)
         return Result.from_clock(spec.index, spec.cls, clock, end, prompt, errors, detail)
 
     async def close(self) -> None:

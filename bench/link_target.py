@@ -19,6 +19,7 @@ from shardgate.v1 import engine_pb2_grpc as epb_grpc
 from shardgate.v1 import wire
 
 from bench import result as kinds
+from bench.grpc_target import check_last_delta
 from bench.plan import RequestSpec
 from bench.result import Result, TokenClock
 from bench.scenario import Scenario
@@ -123,16 +124,9 @@ class LinkTarget:
             errors.append(kinds.ERROR_EVENT)
             detail = str(e)
         end = time.perf_counter()
-        last, clock = stream.last, stream.clock
+        clock = stream.clock
         if not errors:
-            if last is None or last.finish == epb.FINISH_ERROR or last.error_code:
-                errors.append(kinds.ERROR_EVENT)
-                detail = f"{kinds.ERROR_EVENT}: {last.error_message if last else ''}"
-            else:
-                if last.completion_tokens != clock.tokens:
-                    errors.append(kinds.TOKEN_COUNT)
-                if s.ignore_eos and last.completion_tokens != spec.max_tokens:
-                    errors.append(kinds.MAX_TOKENS)
+            detail = check_last_delta(stream.last, clock, s, spec, errors)
         return Result.from_clock(spec.index, spec.cls, clock, end, stream.prompt, errors, detail)
 
     async def close(self) -> None:

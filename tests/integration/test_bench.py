@@ -11,9 +11,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from bench import cli, report
+from bench import cli, floor, report
 from bench.cpu import CpuSampler
 from bench.grpc_target import EngineTarget, GatewayTarget
+from bench.link_target import LinkTarget
 from bench.openai_target import OpenAITarget
 from bench.plan import Plan
 from bench.runner import run_phase
@@ -79,6 +80,21 @@ async def test_http_open_loop_with_classes(cluster: Cluster) -> None:
 async def test_grpc_verifies_every_stream(cluster: Cluster) -> None:
     sc = scenario(api="grpc", classes=[{"name": "a", "priority": 1, "api_key": "sk-a"}])
     assert_all_verified(await run(GatewayTarget(cluster.grpc_target, sc), sc), 20)
+
+
+async def test_link_direct_verifies_every_stream(cluster: Cluster) -> None:
+    sc = scenario(api="link")
+    target = LinkTarget(cluster.sidecar_targets()[0], sc)
+    assert_all_verified(await run(target, sc), 20)
+
+
+async def test_the_http_floor_streams_pass_the_bench_checks() -> None:
+    runner, port = await floor.start(0, MAX_TOKENS)
+    try:
+        sc = scenario()
+        assert_all_verified(await run(OpenAITarget(f"http://127.0.0.1:{port}", sc), sc), 20)
+    finally:
+        await runner.cleanup()
 
 
 async def test_engine_direct_verifies_every_stream(cluster: Cluster) -> None:
