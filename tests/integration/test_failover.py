@@ -21,10 +21,12 @@ REQUEST: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def failover_cluster() -> Iterator[Cluster]:
+@pytest.fixture(params=["auto", "grpc"])
+def failover_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Over the TCP link (auto) and over the gRPC Link stream."""
     sim = SimConfig(model="sim-llama", profile="fast")
-    c = Cluster("gateway: {default_max_tokens: 64}", [{"sim": sim}, {"sim": sim}, {"sim": sim}])
+    gateway = f"gateway: {{default_max_tokens: 64, link: {{transport: {request.param}}}}}"
+    c = Cluster(gateway, [{"sim": sim}, {"sim": sim}, {"sim": sim}])
     c.start()
     yield c
     c.stop()
