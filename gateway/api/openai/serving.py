@@ -181,6 +181,7 @@ class OpenAIServing:
         """Write the generation's chunks as they come: straight from the link reader through
         the sink while the client keeps up, here (awaiting the socket) when it does not."""
         out = gen.out
+        wrote = False  # the response's head leaves with its first write (SSEResponse)
         while batch:
             if sink is not None:
                 sink.flush()  # frames it buffered go out before anything written here
@@ -193,6 +194,7 @@ class OpenAIServing:
             if buf:
                 await resp.write(bytes(buf))
                 buf.clear()
-            if sink is not None:
+                wrote = True
+            if sink is not None and wrote:
                 out.sink = sink  # everything taken is written: later tokens may go direct
             batch = await gen.take()
