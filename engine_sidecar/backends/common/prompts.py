@@ -9,11 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
-from engine_sidecar.backends.common.tokenizer import HfTokenizer
+from engine_sidecar.backend import ChatMessage, EngineRequest, ErrorCode, RequestError
 
 _BAD = ErrorCode.INVALID_ARGUMENT
+
+
+class PromptTokenizer(Protocol):
+    """What `prepare` needs of a tokenizer (an HF tokenizer's wrapper, or the sim's own)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +79,7 @@ def _check_ids(ids: Sequence[int], vocab_size: int, what: str, field: str) -> No
         raise RequestError(_BAD, f"{what} must be in [0, {vocab_size})", field)
 
 
-def prepare(r: EngineRequest, limits: Limits, tokenizer: HfTokenizer) -> Prepared:
+def prepare(r: EngineRequest, limits: Limits, tokenizer: PromptTokenizer) -> Prepared:
     check_request(r, limits)
     max_tokens = r.sampling.max_tokens
     vocab = tokenizer.vocab_size

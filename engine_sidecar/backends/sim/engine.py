@@ -16,22 +16,14 @@ from engine_sidecar.backend import (
     ModelCard,
     RequestError,
 )
+from engine_sidecar.backends.common.prompts import Limits, prepare
 from engine_sidecar.backends.sim.config import SimConfig, SimFaults
 from engine_sidecar.backends.sim.core import SimCore
-from engine_sidecar.backends.sim.tokenizer import VOCAB_SIZE, SimTokenizer
+from engine_sidecar.backends.sim.tokenizer import SimTokenizer
 
 CRASH_EXIT_CODE = 17
 # Behind the pacing deadline by more than this, the loop stops trying to catch up.
 _MAX_LAG_S = 0.05
-
-
-def _too_long(max_len: int, prompt: int, completion: int, what: str) -> str:
-    total = prompt + completion
-    return (
-        f"This model's maximum context length is {max_len} tokens. However, you requested "
-        f"{total} tokens ({prompt} in the {what}, {completion} in the completion). "
-        f"Please reduce the length of the {what} or completion."
-    )
 
 
 class SimBackend:
@@ -42,7 +34,7 @@ class SimBackend:
         self.tokenizer = SimTokenizer()
         self.core = SimCore(config, self.tokenizer)
         self._exit = exit_fn
-        self._loras = frozenset(config.loras)
+        self._limits = Limits(config.model, config.max_model_len, frozenset(config.loras))
         self._sink: DeltaSink | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -115,58 +107,13 @@ class SimBackend:
 
     # --- validation ----------------------------------------------------------------------
     def _validate(self, r: EngineRequest) -> list[int]:
-        """Checks a request and returns its prompt token ids, or raises RequestError."""
-        c = self.config
-        bad = ErrorCode.INVALID_ARGUMENT
+        """Checks a request and returns its prompt token ids, or raises RequestError: the
+        checks and messages every engine that takes token ids shares (common/prompts.py)."""
         if self._stopped:
             raise RequestError(ErrorCode.UNAVAILABLE, "the sim engine is stopped")
-        if r.model != c.model:
-            raise RequestError(
-                ErrorCode.NOT_FOUND, f"The model `{r.model}` does not exist.", "model"
-            )
-        if r.lora and r.lora not in self._loras:
-            raise RequestError(
-                ErrorCode.NOT_FOUND, f"The LoRA adapter `{r.lora}` does not exist.", "lora"
-            )
         if r.key in self.core:
-            raise RequestError(bad, f"duplicate request key {r.key}", "key")
-        inputs = [x is not None for x in (r.prompt, r.messages, r.prompt_token_ids)]
-        if sum(inputs) != 1:
-            raise RequestError(
-                bad, "exactly one of prompt, messages, prompt_token_ids must be set", "prompt"
-            )
-        max_tokens = r.sampling.max_tokens
-        if max_tokens <= 0:
-            raise RequestError(
-                bad, f"max_tokens must be at least 1, got {max_tokens}", "max_tokens"
-            )
-        tok = self.tokenizer
-        if r.messages is not None:
-            field, what = "messages", "messages"
-            ids = tok.encode(tok.apply_chat_template(r.messages)) if r.messages else []
-        elif r.prompt is not None:
-            field, what = "prompt", "prompt"
-            ids = tok.encode(r.prompt)
-        else:
-            field, what = "prompt", "prompt"
-            ids = list(r.prompt_token_ids or ())
-            if any(not 0 <= t < VOCAB_SIZE for t in ids):
-                raise RequestError(bad, f"prompt token ids must be in [0, {VOCAB_SIZE})", field)
-        if not ids:
-            raise RequestError(bad, f"the {what} must not be empty", field)
-        resume = r.resume_token_ids
-        if len(resume) > max_tokens or any(not 0 <= t < VOCAB_SIZE for t in resume):
-            raise RequestError(
-                bad,
-                f"resume_token_ids must be at most max_tokens ids in [0, {VOCAB_SIZE})",
-                "resume_token_ids",
-            )
-        n, max_len = len(ids), c.max_model_len
-        if n > max_len:
-            raise RequestError(bad, _too_long(max_len, n, max_tokens, what), field)
-        if n + max_tokens > max_len:
-            raise RequestError(bad, _too_long(max_len, n, max_tokens, what), "max_tokens")
-        return ids
+            raise RequestError(ErrorCode.INVALID_ARGUMENT, f"duplicate request key {r.key}", "key")
+        return prepare(r, self._limits, self.tokenizer).prompt_ids
 
     # --- the loop ------------------------------------------------------------------------
     def set_faults(self, faults: SimFaults) -> None:

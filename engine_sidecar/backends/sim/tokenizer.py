@@ -96,6 +96,9 @@ class SimTokenizer:
     def decode(self, token_ids: Iterable[int]) -> str:
         return "".join(self.decode_token(t) for t in token_ids)
 
+    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
+        return self.encode(self.apply_chat_template(messages))
+
     def apply_chat_template(self, messages: Sequence[ChatMessage]) -> str:
         parts = [f"<|{m.role}|>\n{m.content}\n" for m in messages]
         parts.append("<|assistant|>\n")
