@@ -10,7 +10,6 @@ continue them (never kill them: it could not start them again).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -21,7 +20,7 @@ from typing import Protocol
 
 from drill.pids import pid_listening_on
 from drill.procs import Child, stop_all
-from gateway.cluster import launch_config
+from gateway.cluster import sidecar_argv
 from gateway.config.schema import Config
 
 log = logging.getLogger(__name__)
@@ -72,15 +71,7 @@ class LocalCluster:
         for e in config.sidecars:
             if e.launch is None:
                 continue
-            argv = [
-                sys.executable,
-                "-m",
-                "engine_sidecar",
-                "--config-json",
-                json.dumps(launch_config(e)),
-                "--log-level",
-                log_level,
-            ]
+            argv = sidecar_argv(e, log_level)
             self.sidecars[e.name] = Child(e.name, argv, log_dir / f"{e.name}.log")
         gateway_argv = [
             sys.executable,

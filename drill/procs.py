@@ -8,7 +8,7 @@ would not act on SIGTERM), waits a bounded time, then kills.
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import logging
 import os
 import signal
@@ -18,14 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from gateway.procs import die_with_parent
+
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+# SIGKILL also ends a child that the drill has stopped (SIGSTOP).
+_die_with_parent = functools.partial(die_with_parent, signal.SIGKILL)
 
 
 class Child:

@@ -39,6 +39,20 @@ def check_launch(config: Config) -> None:
             sidecar_config.decode(launch_config(e), f"sidecars[{i}].launch: ")
 
 
+def sidecar_argv(e: SidecarEndpoint, log_level: str) -> list[str]:
+    """The command that runs the sidecar of `e`'s `launch` section."""
+    config = json.dumps(launch_config(e))
+    return [
+        sys.executable,
+        "-m",
+        "engine_sidecar",
+        "--config-json",
+        config,
+        "--log-level",
+        log_level,
+    ]
+
+
 class LocalSidecars:
     def __init__(self, endpoints: list[SidecarEndpoint], log_level: str) -> None:
         self._endpoints = [e for e in endpoints if e.launch is not None]
@@ -47,15 +61,7 @@ class LocalSidecars:
 
     def start(self) -> None:
         for e in self._endpoints:
-            cmd = [
-                sys.executable,
-                "-m",
-                "engine_sidecar",
-                "--config-json",
-                json.dumps(launch_config(e)),
-                "--log-level",
-                self._log_level,
-            ]
+            cmd = sidecar_argv(e, self._log_level)
             self.procs.append(subprocess.Popen(cmd, preexec_fn=die_with_parent))
             log.info("started sidecar %s (pid %d) on %s", e.name, self.procs[-1].pid, e.address)
 

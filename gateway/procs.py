@@ -12,10 +12,10 @@ from collections.abc import Sequence
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """In the child (preexec_fn): get SIGTERM when the parent dies."""
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:
+    """In the child (preexec_fn): get `sig` when the parent dies."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
 
 def exited(procs: Sequence[subprocess.Popen[bytes]]) -> list[int]:
