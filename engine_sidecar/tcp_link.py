@@ -98,7 +98,7 @@ class TcpLinkServer:
                 log.warning("tcp link: not a shardgate link (%r); closing", magic)
                 return
             await self._relay(reader, writer)
-        except (OSError, EOFError, TimeoutError, wire.FrameError, msgspec.DecodeError) as e:
+        except (OSError, EOFError, TimeoutError) as e:  # bad frames end the session's reader
             log.warning("tcp link ended: %s", str(e) or type(e).__name__)
         finally:
             self._conns.discard(task)

@@ -107,7 +107,23 @@ def to_wire_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ())
     )
 
 
-def delta_error(d: pb.Delta | WireDelta) -> GatewayError:
+def from_pb_delta(d: pb.Delta) -> WireDelta:
+    """A gRPC Link delta as the TCP link carries it (what EngineLink.deliver takes)."""
+    return WireDelta(
+        d.key,
+        list(d.token_ids),
+        d.text,
+        d.finish,
+        d.prompt_tokens,
+        d.cached_tokens,
+        d.completion_tokens,
+        d.error_code,
+        d.error_message,
+        d.error_field,
+    )
+
+
+def delta_error(d: WireDelta) -> GatewayError:
     field = d.error_field or None
     code = d.error_code
     if code == pb.ERROR_INVALID_ARGUMENT:

@@ -1,4 +1,5 @@
-"""The link over the gRPC `Engine/Link` stream: a writer task and a reader loop."""
+"""The link over the gRPC `Engine/Link` stream: a writer task and a reader loop; and the
+`Engine/Info` call that tells which port the sidecar's TCP link is on."""
 
 from __future__ import annotations
 
@@ -17,10 +18,25 @@ if TYPE_CHECKING:
     from gateway.upstream.link import EngineLink
 
 
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+
+async def link_port(address: str, timeout_s: float) -> int:
+    """The port of the sidecar's TCP link, from its Info (0: it serves none)."""
+    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        async with asyncio.timeout(timeout_s):
+            await channel.channel_ready()
+            info = await pb_grpc.EngineStub(channel).Info(pb.InfoRequest())
+    return int(info.link_port)
+
+
 async def run(link: EngineLink) -> None:
     """One session: returns or raises when the stream ends."""
-    from gateway.upstream.link import CHANNEL_OPTIONS
-
     s = link.settings
     async with grpc.aio.insecure_channel(link.address, options=CHANNEL_OPTIONS) as channel:
         async with asyncio.timeout(s.connect_timeout_s):
@@ -64,7 +80,7 @@ async def _read(link: EngineLink, call: grpc.aio.StreamStreamCall) -> None:
             if msg is grpc.aio.EOF:
                 raise ConnectionError("the sidecar closed the link")
             deadline.reschedule(loop.time() + hb)
-            link.deliver(msg.deltas)
+            link.deliver(map(convert.from_pb_delta, msg.deltas))
             FLUSHER.flush()
             if msg.HasField("load"):
                 link.beat(msg.load)

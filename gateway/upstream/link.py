@@ -18,9 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-import grpc
 from shardgate.v1 import engine_pb2 as pb
-from shardgate.v1 import engine_pb2_grpc as pb_grpc
 from shardgate.v1.wire import WireDelta
 
 from gateway import tasks
@@ -30,14 +28,6 @@ from gateway.types import Delta, Finish, GatewayError, GenerationRequest, Unavai
 from gateway.upstream import convert, grpc_link, tcp_link
 
 log = logging.getLogger(__name__)
-
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.http2.max_pings_without_data", 0),
-]
-
 
 # A submit waiting for the link: the request, its link-local key, the tokens it resumes after.
 Outgoing = tuple[GenerationRequest, int, tuple[int, ...]]
@@ -170,7 +160,11 @@ class EngineLink:
 
     async def _session(self) -> None:
         s = self.settings
-        port = await self._tcp_port() if s.transport == "auto" else 0
+        port = (
+            await grpc_link.link_port(self.address, s.connect_timeout_s)
+            if s.transport == "auto"
+            else 0
+        )
         if port:
             self.transport = "tcp"
             try:
@@ -182,15 +176,6 @@ class EngineLink:
                 log.warning("link %s: TCP link unreachable (%s); using the gRPC Link", self.name, e)
         self.transport = "grpc"
         await grpc_link.run(self)
-
-    async def _tcp_port(self) -> int:
-        """The port of the sidecar's TCP link, from its Info (0: it serves none)."""
-        s = self.settings
-        async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
-            async with asyncio.timeout(s.connect_timeout_s):
-                await channel.channel_ready()
-                info = await pb_grpc.EngineStub(channel).Info(pb.InfoRequest())
-        return int(info.link_port)
 
     # -- what the transports call ----------------------------------------------------------
     def take_outgoing(self) -> tuple[list[Outgoing], list[int]] | None:
@@ -220,8 +205,9 @@ class EngineLink:
         if self.listener is not None:
             self.listener.link_beat(self)
 
-    def deliver(self, deltas: Iterable[WireDelta | pb.Delta]) -> None:
-        """Hand each delta to its request; never awaits."""
+    def deliver(self, deltas: Iterable[WireDelta]) -> None:
+        """Hand each delta to its request; never awaits. The lists of token ids become the
+        requests' own: the transport decoded them fresh."""
         streams = self.streams
         for d in deltas:
             stream = streams.get(d.key)
@@ -229,7 +215,7 @@ class EngineLink:
                 continue
             finish = d.finish
             if not finish and not d.prompt_tokens:
-                stream.push(Delta(list(d.token_ids), d.text))
+                stream.push(Delta(d.token_ids, d.text))
                 continue
             if finish:
                 del streams[d.key]
@@ -241,7 +227,7 @@ class EngineLink:
                     continue
             stream.push(
                 Delta(
-                    list(d.token_ids),
+                    d.token_ids,
                     d.text,
                     Finish(finish),
                     d.prompt_tokens,

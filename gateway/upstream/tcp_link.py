@@ -96,9 +96,6 @@ class LinkProtocol(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(error)
 
-    def eof_received(self) -> bool:
-        return False  # close the transport; connection_lost follows
-
     def connection_lost(self, exc: Exception | None) -> None:
         self._end(ConnectionError(f"the sidecar closed the link{f': {exc}' if exc else ''}"))
 
@@ -134,7 +131,7 @@ async def run(link: EngineLink, host: str, port: int) -> None:
         try:
             async with asyncio.timeout(s.connect_timeout_s):
                 await loop.create_connection(lambda: proto, host, port)
-                await asyncio.shield(proto.announced)
+                await proto.announced
         except (OSError, TimeoutError) as e:
             raise Unreachable(f"{host}:{port}: {str(e) or type(e).__name__}") from e
         await _watch(proto, s.heartbeat_timeout_s)
