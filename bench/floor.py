@@ -64,10 +64,8 @@ async def start(port: int, tokens: int) -> tuple[web.AppRunner, int]:
     app.router.add_post("/v1/chat/completions", handler(tokens))
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    server = cast(asyncio.Server, site._server)
-    return runner, int(server.sockets[0].getsockname()[1])
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, int(runner.addresses[0][1])
 
 
 async def serve(port: int, tokens: int) -> None:

@@ -110,6 +110,8 @@ class LinkSession:
                     self._hub.abort(self.box, key)
                 for key, request in submits:
                     self._submit(key, request)
+        except OSError as e:
+            log.info("link: the gateway went away: %s", str(e) or type(e).__name__)
         except Exception as e:
             log.warning("link: bad request stream: %s", str(e) or type(e).__name__)
         finally:
