@@ -110,11 +110,6 @@ class Sidecar:
         log.error("engine is no longer healthy")
         await self._set_serving(False)
 
-    async def cut(self) -> None:
-        """Close every connection at once, with no drain, as a dead process would."""
-        await self.tcp_link.stop()
-        await self.server.stop(None)
-
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain: refuse new work, let in-flight requests finish within the grace, then stop."""
         grace = self.config.drain_grace_s if grace_s is None else grace_s

@@ -11,7 +11,7 @@ import pytest
 
 from engine_sidecar.backends.sim import SimConfig
 from engine_sidecar.server import Sidecar
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, cut
 
 REQUEST: dict[str, Any] = {
     "model": "sim-llama",
@@ -36,7 +36,7 @@ def kill_sidecar(cluster: Cluster, address: str) -> None:
     [sidecar] = [s for s in cluster.sidecars if f"127.0.0.1:{s.port}" == address]
 
     async def crash() -> None:
-        await sidecar.cut()
+        await cut(sidecar)
 
     cluster.run(crash())
 

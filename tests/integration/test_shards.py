@@ -13,7 +13,7 @@ from shardgate.v1 import engine_pb2 as epb
 from shardgate.v1 import engine_pb2_grpc as epb_grpc
 
 from engine_sidecar.backends.sim import SimConfig
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, cut
 
 SIM = SimConfig(model="sim-llama", profile="fast")
 REQUEST: dict[str, Any] = {
@@ -68,7 +68,7 @@ def eventually(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 def stop_sidecar(c: Cluster, i: int) -> None:
     async def crash() -> None:
-        await c.sidecars[i].cut()
+        await cut(c.sidecars[i])
 
     c.run(crash())
 
