@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import TYPE_CHECKING
 
 import grpc
@@ -85,4 +86,4 @@ async def _read(link: EngineLink, call: grpc.aio.StreamStreamCall) -> None:
             if msg.HasField("load"):
                 link.beat(msg.load)
             else:
-                link.last_activity = loop.time()
+                link.last_activity = time.monotonic()

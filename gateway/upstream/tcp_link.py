@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from typing import TYPE_CHECKING, cast
 
 import msgspec
@@ -42,7 +43,7 @@ class LinkProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.announced: asyncio.Future[None] = loop.create_future()
         self.closed: asyncio.Future[None] = loop.create_future()
-        self.last_rx = loop.time()
+        self.last_rx = time.monotonic()
         self.paused_at: float | None = None  # when the sidecar stopped taking our writes
         self._send_due = False
 
@@ -56,7 +57,7 @@ class LinkProtocol(asyncio.Protocol):
         self.transport.write(wire.MAGIC)
 
     def data_received(self, data: bytes) -> None:
-        self.last_rx = now = self.loop.time()
+        self.last_rx = now = time.monotonic()
         link = self.link
         try:
             for body in self.frames.feed(data):
@@ -115,7 +116,7 @@ class LinkProtocol(asyncio.Protocol):
             self.transport.write(wire.frame(_UP.encode(wire.Up(submits, out[1]))))
 
     def pause_writing(self) -> None:
-        self.paused_at = self.loop.time()
+        self.paused_at = time.monotonic()
 
     def resume_writing(self) -> None:
         self.paused_at = None
@@ -146,10 +147,9 @@ async def run(link: EngineLink, host: str, port: int) -> None:
 
 
 async def _watch(proto: LinkProtocol, timeout_s: float) -> None:
-    loop = proto.loop
     while not proto.closed.done():
         await asyncio.wait([proto.closed], timeout=timeout_s / 4)
-        now = loop.time()
+        now = time.monotonic()
         if now - proto.last_rx > timeout_s:
             raise TimeoutError(f"no message from the sidecar for {timeout_s:g} s")
         if proto.paused_at is not None and now - proto.paused_at > timeout_s:
