@@ -7,7 +7,6 @@ The session is the same whatever carries it (the gRPC Link stream or the TCP lin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import NamedTuple
@@ -17,6 +16,7 @@ from shardgate.v1 import engine_pb2 as pb
 from engine_sidecar import convert
 from engine_sidecar.backend import EngineDelta, EngineRequest, Finish, LoadSnapshot, RequestError
 from engine_sidecar.hub import Hub, Outbox
+from gateway import tasks
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +72,7 @@ class LinkSession:
                 if out.items or out.load is not None:
                     yield out
         finally:
-            for task in (reader, ticker):
-                task.cancel()
-            for task in (reader, ticker):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await tasks.stop_all([reader, ticker])
             self._hub.release(self.box)
 
     def _build(self) -> Batch:

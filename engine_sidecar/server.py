@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import grpc
@@ -17,6 +16,7 @@ from engine_sidecar.hub import Hub
 from engine_sidecar.metrics import SidecarMetrics
 from engine_sidecar.servicer import EngineServicer
 from engine_sidecar.tcp_link import TcpLinkServer
+from gateway import tasks
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +119,7 @@ class Sidecar:
             if not self.hub.inflight:
                 break
             await asyncio.sleep(0.05)
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await tasks.stop(self._watch)
         await self.backend.stop()
         await self.tcp_link.stop()
         await self.server.stop(1.0)

@@ -18,6 +18,7 @@ from shardgate.v1 import wire
 
 from engine_sidecar import convert
 from engine_sidecar.link import Batch, LinkSession, Requests
+from gateway import tasks
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,7 @@ class TcpLinkServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._conns):
-            task.cancel()
-        for task in list(self._conns):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await tasks.stop_all(list(self._conns))
         if self._server is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):

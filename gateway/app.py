@@ -23,6 +23,7 @@ from gateway.observability.report import RequestReporter
 from gateway.policy.admission import Admission
 from gateway.policy.routing.router import Router
 from gateway.policy.tenants import Tenants
+from gateway.runtime.events import EventQueue
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
@@ -64,7 +65,8 @@ class Gateway:
             models=config.pricing.models,
         )
         self.reporter = RequestReporter(self.metrics, s.request_log)
-        self.fleet = Fleet(config.sidecars, s.link, config.health)
+        self.events = EventQueue()
+        self.fleet = Fleet(config.sidecars, s.link, config.health, self.events)
         self.supervisor = Supervisor(self.fleet, config.routing, config.retry, config.health)
         self.supervisor.on_ejected = self.metrics.ejected
         self.scheduler = Scheduler(
@@ -72,6 +74,7 @@ class Gateway:
             self.supervisor,
             config.scheduling,
             config.model_capacity,
+            self.events,
             keepalive_s=s.keepalive_s,
             on_done=self._settle,
             capacity_share=worker_of,

@@ -121,6 +121,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         prompt = cached = 0
         try:
             batch = await gen.first_batch()
+            while batch and not gen.began:  # keep-alives while queued: HTTP/2 pings do that
+                batch = await gen.take()
             initial = [("x-request-id", req.request_id), *gen.headers]
             if gen.first_replica:
                 initial.append(("x-shardgate-replica", gen.first_replica))

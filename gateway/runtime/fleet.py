@@ -9,17 +9,18 @@ rank is alive), and a replica that broke has its in-flight requests evacuated: t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 
+from gateway import tasks
 from gateway.config.routing import HealthSettings
 from gateway.config.schema import LinkSettings, SidecarEndpoint
 from gateway.observability.labels import ReplicaState
 from gateway.policy.health import Health, HeartbeatMonitor, heartbeat_interval_s
 from gateway.policy.routing.replicas import Assembly, assemble, broken_since
 from gateway.policy.routing.snapshot import EndpointSnapshot, Replica
+from gateway.runtime.events import EventQueue, LinkBeat, LinkDown, LinkUp
 from gateway.types import Unavailable
 from gateway.upstream.link import EngineLink
 
@@ -34,8 +35,14 @@ class Fleet:
         endpoints: Iterable[SidecarEndpoint],
         settings: LinkSettings,
         health: HealthSettings | None = None,
+        events: EventQueue | None = None,
     ) -> None:
         self.health = health or HealthSettings()
+        # What the links tell arrives as events, handled in order with the requests' own.
+        self.events = events if events is not None else EventQueue()
+        self.events.register(LinkUp, self._on_up)
+        self.events.register(LinkBeat, self._on_beat)
+        self.events.register(LinkDown, self._on_down)
         self.links: list[EngineLink] = []
         self.by_name: dict[str, EngineLink] = {}
         self.draining: list[EngineLink] = []
@@ -62,12 +69,8 @@ class Fleet:
         self._task = asyncio.create_task(self._tick(), name="fleet")
 
     async def close(self) -> None:
-        tasks = [t for t in (self._task, *self._drains) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        for t in [t for t in (self._task, *self._drains) if t is not None]:
+            await tasks.stop(t)
         await asyncio.gather(*(link.close() for link in (*self.links, *self.draining)))
 
     async def wait_connected(self, timeout_s: float) -> bool:
@@ -128,8 +131,20 @@ class Fleet:
             self.draining.remove(link)
             await link.close()
 
-    # -- what the links tell -----------------------------------------------------------------
+    # -- what the links tell (from their readers: posted, handled as events) ---------------------
     def link_up(self, link: EngineLink) -> None:
+        self.events.post(LinkUp(link))
+
+    def link_beat(self, link: EngineLink) -> None:
+        self.events.post(LinkBeat(link))
+
+    def link_down(self, link: EngineLink) -> None:
+        self.events.post(LinkDown(link))
+
+    def _on_up(self, ev: LinkUp) -> None:
+        link = ev.link
+        if link.info is None or self.by_name.get(link.name) is not link:
+            return  # a link removed from the config since
         assert link.info is not None
         interval = heartbeat_interval_s(self.health, link.info.heartbeat_interval_s)
         monitor = self.monitors.get(link.name)
@@ -137,17 +152,21 @@ class Fleet:
             monitor = self.monitors[link.name] = HeartbeatMonitor(self.health, interval)
         else:
             monitor.configure(self.health, interval)
-        monitor.beat(time.monotonic())
+        monitor.beat(link.last_heartbeat)
         self.refresh()
 
-    def link_beat(self, link: EngineLink) -> None:
+    def _on_beat(self, ev: LinkBeat) -> None:
+        link = ev.link
         monitor = self.monitors.get(link.name)
-        if monitor is not None:
-            monitor.beat(time.monotonic())
+        if monitor is not None and self.by_name.get(link.name) is link:
+            monitor.beat(link.last_heartbeat)
             if self._states.get(link.name) is not Health.UP:
                 self.refresh()
 
-    def link_down(self, link: EngineLink) -> None:
+    def _on_down(self, ev: LinkDown) -> None:
+        link = ev.link
+        if self.by_name.get(link.name) is not link:
+            return
         monitor = self.monitors.get(link.name)
         if monitor is not None:
             monitor.lost()
@@ -208,17 +227,23 @@ class Fleet:
             now = time.monotonic()
             lag = now - expected
             expected = now + _TICK_S
-            if lag > _TICK_S:
-                for stalled in self.monitors.values():
-                    stalled.forgive(lag)
-            self._note_activity()
-            for link in self.links:
-                monitor = self.monitors.get(link.name)
-                if monitor is None or not link.connected:
-                    continue
-                if monitor.state(now) is not self._states.get(link.name):
-                    self.refresh()
-                    break
+            try:
+                self._check(now, lag)
+            except Exception:  # one bad round must not end health checking for good
+                log.exception("fleet health check failed")
+
+    def _check(self, now: float, lag: float) -> None:
+        if lag > _TICK_S:
+            for stalled in self.monitors.values():
+                stalled.forgive(lag)
+        self._note_activity()
+        for link in self.links:
+            monitor = self.monitors.get(link.name)
+            if monitor is None or not link.connected:
+                continue
+            if monitor.state(now) is not self._states.get(link.name):
+                self.refresh()
+                break
 
     # -- what routing and the scheduler read ---------------------------------------------------
     def pool(self, model: str) -> tuple[Replica, ...]:

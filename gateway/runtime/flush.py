@@ -4,7 +4,10 @@ many of its tokens the message held."""
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Flushable(Protocol):
@@ -22,7 +25,10 @@ class Flusher:
         if dirty:
             self.dirty = []
             for sink in dirty:
-                sink.flush()
+                try:
+                    sink.flush()
+                except Exception:  # one client's write must not keep the others' back
+                    log.exception("a direct write failed")
 
 
 # One per process: every link reader flushes at the end of each message it handles.

@@ -1,18 +1,22 @@
-"""One client request across its attempts: queued, running on a replica, preempted, done.
+"""One client request across its attempts: queued, placed on a replica, streaming, preempted,
+migrating, done or failed (gateway/runtime/lifecycle.py).
 
-The link reader calls `push`/`fail` on the job that owns a link key; the job records the token
-ids generated so far (what a resume continues from) and forwards output to the client's stream.
-Failures go to the job's owner, which retries, migrates or ends the request.
+The link reader calls `push`/`fail` on the job that owns a link key: `push` records the token
+ids generated so far (what a resume continues from) and forwards output to the client's stream
+at once (the token path); the end of an attempt (finished, failed) and of the client side (gone,
+out of time) are events for the scheduler, which owns every other change of the request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
+import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from gateway.runtime.events import EventQueue, Failed, Finished, Left
+from gateway.runtime.lifecycle import TABLE, Move, State, stale
 from gateway.runtime.stream import ResponseStream
 from gateway.types import Delta, Finish, GatewayError, GatewayTimeout, GenerationRequest
 
@@ -23,29 +27,27 @@ if TYPE_CHECKING:
     from gateway.policy.routing.snapshot import RequestFeatures
     from gateway.upstream.link import EngineLink
 
-
-class State(enum.IntEnum):
-    QUEUED = 0
-    RUNNING = 1
-    PREEMPTED = 2
-    DONE = 3
-
-
-class Owner(Protocol):
-    def finished(self, job: Job) -> None: ...
-
-    def failed(self, job: Job, error: GatewayError) -> None: ...
+# Module globals: an enum attribute lookup per token is slow in CPython 3.11.
+_PLACED = State.PLACED
+_STREAMING = State.STREAMING
+_DONE = State.DONE
+_FINISH = Move.FINISH
 
 
 class Job:
     __slots__ = (
         "_began",
         "_deadline",
+        "_first_by",
+        "_first_output_s",
         "_task",
         "_timer",
         "arrival",
+        "attempt",
         "attempts",
+        "beat_at",
         "cached_tokens",
+        "events",
         "features",
         "finish",
         "first_replica",
@@ -58,7 +60,6 @@ class Job:
         "observe_itl",
         "out",
         "outcome",
-        "owner",
         "preemptions",
         "priority",
         "prompt_tokens",
@@ -76,7 +77,7 @@ class Job:
     def __init__(
         self,
         request: GenerationRequest,
-        owner: Owner,
+        events: EventQueue,
         out: ResponseStream,
         *,
         tenant: str = "anonymous",
@@ -84,7 +85,7 @@ class Job:
         arrival: float = 0.0,
     ) -> None:
         self.request = request
-        self.owner = owner
+        self.events = events
         self.out = out
         self.tenant = tenant
         self.priority = priority
@@ -92,6 +93,7 @@ class Job:
         self.generated: list[int] = []
         self.prompt_tokens = 0
         self.state = State.QUEUED
+        self.attempt = 0  # placements so far: an event of an earlier attempt is stale
         self.link: EngineLink | None = None
         self.key = 0
         self.first_replica = ""  # the address of the replica that first took it
@@ -104,6 +106,7 @@ class Job:
         self.started_at = 0.0
         self.first_token_at = 0.0
         self.last_token_at = 0.0
+        self.beat_at = math.inf  # the scheduler's clock: its next keep-alive while queued
         self.cached_tokens = 0
         self.finish = Finish.NONE
         # How it ended (an Outcome value of the metrics), set by whoever ends it.
@@ -112,18 +115,31 @@ class Job:
         self.observe_itl: Callable[[float], None] | None = None
         self.ticket: Admitted | None = None  # the admission ticket, settled when done
         self.waiter: Waiter[Job] | None = None  # its place in the pool's queue
-        self._began = False  # the client side took its first output
-        self._deadline = 0.0
+        self._began = False  # an engine produced its first output
+        self._deadline = math.inf  # loop time
+        self._first_by = math.inf  # loop time by which the engine it was placed on must answer
+        self._first_output_s = math.inf
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[object] | None = None  # the client side's, once armed
 
-    # -- from the link reader ------------------------------------------------------------
     @property
     def headers(self) -> tuple[tuple[str, str], ...]:
         """Rate-limit headers for the response."""
         return self.ticket.headers if self.ticket is not None else ()
 
+    @property
+    def preemptible(self) -> bool:
+        """On an engine now (not finishing): a higher class may take its slot."""
+        return self.state is _PLACED or self.state is _STREAMING
+
+    # -- from the link reader (the token path: no await, no other request touched) ---------
     def push(self, d: Delta) -> None:
+        state = self.state
+        if state is not _STREAMING:
+            if state is not _PLACED:
+                return  # not on an engine (a delta that raced the end of its attempt)
+            self.state = _STREAMING  # its attempt's first output (lifecycle: TOKEN)
+            self._began = True
         if d.token_ids:
             self.generated.extend(d.token_ids)
             now = _clock()
@@ -138,40 +154,68 @@ class Job:
             self.cached_tokens = d.cached_tokens
         if d.finish:  # (not `is not Finish.NONE`: enum attribute access is slow in 3.11)
             self.link = None
-            self.state = State.DONE
+            self.state = TABLE[(_STREAMING, _FINISH)]
             self.finish = d.finish
             self.outcome = "ok" if d.finish is Finish.STOP else "length"
+            self.events.post(Finished(self))
             self.out.push(d)
-            self.owner.finished(self)
             return
         self.out.push(d)
 
     def fail(self, error: GatewayError) -> None:
+        """Its current attempt failed (the engine's error, or the link went down)."""
         self.link = None
-        if self.state is not State.DONE:
-            self.owner.failed(self, error)
+        if stale(self.state):
+            self.out.fail(error)  # its handling broke after its end: the client hears it
+            return
+        self.events.post(Failed(self, self.attempt, error))
+
+    # -- from the scheduler --------------------------------------------------------------
+    def placed(self) -> None:
+        """It reached an engine: the first-output limit counts from now (again after a move
+        that came before any output)."""
+        self.attempt += 1
+        if self._began or self._first_output_s == math.inf:
+            return
+        loop = asyncio.get_running_loop()
+        self._first_by = loop.time() + self._first_output_s
+        self._rearm(loop)
 
     # -- for the API edges ---------------------------------------------------------------
     async def take(self) -> list[Delta]:
         return await self.out.take()
 
     def arm(self, deadline: float, first_output_s: float) -> None:
-        """Start the request's clock (loop time), one timer for both limits: no output at all
-        within `first_output_s`, or not finished by `deadline`, fails the client's stream with a
-        504 and aborts the engine request at once."""
+        """Start the request's clock (loop time), one timer for both limits: no output within
+        `first_output_s` of reaching an engine, or not finished by `deadline`, fails the
+        client's stream with a 504 and aborts the engine request at once."""
         loop = asyncio.get_running_loop()
         self._deadline = deadline
+        self._first_output_s = first_output_s
         self._task = asyncio.current_task()
-        self._timer = loop.call_at(min(deadline, loop.time() + first_output_s), self._expire)
+        if self.attempt and not self._began:  # placed on admission, before the clock started
+            self._first_by = loop.time() + first_output_s
+        self._rearm(loop)
+
+    def _rearm(self, loop: asyncio.AbstractEventLoop) -> None:
+        when = self._deadline if self._began else min(self._deadline, self._first_by)
+        if when == math.inf:
+            return
+        if self._timer is not None:
+            if self._timer.when() <= when:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._expire)
 
     def _expire(self) -> None:
         self._timer = None
         loop = asyncio.get_running_loop()
-        done = self.state is State.DONE
-        if not self._began and not self.out.pending and not done:
+        now = loop.time()
+        done = self.state is _DONE
+        if not done and not self._began and now >= self._first_by:
             error = GatewayTimeout("Timed out waiting for the engine to start.")
-        elif loop.time() < self._deadline:
-            self._timer = loop.call_at(self._deadline, self._expire)
+        elif now < self._deadline:
+            self._rearm(loop)
             return
         elif done:
             # The engine side is over; a client side still here past the deadline is stuck in
@@ -184,7 +228,8 @@ class Job:
         self.timed_out = True
         waiting = self.out.waiting
         self.out.fail(error)  # the client side learns it (504, error event, gRPC status)
-        self.owner.failed(self, ClientGone(True))  # and the engine stops, whatever it does
+        if not stale(self.state):
+            self.events.post(Left(self, True))  # and the engine stops, whatever it does
         if not waiting:
             self._cut()  # stuck elsewhere, in a write to a client that stopped reading
         else:
@@ -198,9 +243,12 @@ class Job:
 
     async def first_batch(self) -> list[Delta]:
         """The first output: tokens, an error, or a keep-alive while queued."""
-        batch = await self.out.take()
-        self._began = True
-        return batch
+        return await self.out.take()
+
+    @property
+    def began(self) -> bool:
+        """An engine produced output for it (a keep-alive while queued is not output)."""
+        return self._began
 
     def close(self, timed_out: bool = False) -> None:
         """The client is done with the request (finished, failed, gone or out of time)."""
@@ -208,21 +256,10 @@ class Job:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self.state is not State.DONE:
-            self.owner.failed(self, ClientGone(timed_out or self.timed_out))
+        if not stale(self.state) and not self.timed_out:  # (its timer told the scheduler)
+            self.events.post(Left(self, timed_out))
 
 
 _clock = time.monotonic
 # After its deadline, a request's client side gets this long to write the error and close.
 CUT_AFTER_S = 5.0
-
-
-class ClientGone(GatewayError):
-    """The client side stopped waiting: it disconnected, or the request's deadline passed."""
-
-    status = 499
-    type = "client_closed_request"
-
-    def __init__(self, timed_out: bool = False) -> None:
-        super().__init__("The request timed out." if timed_out else "The client went away.")
-        self.timed_out = timed_out

@@ -10,17 +10,21 @@ place, to resume later from prompt + tokens so far. Its client sees a pause, nev
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 
-from gateway import tasks
 from gateway.config.tenants import SchedulingConfig
 from gateway.policy.preemption import Preemption
 from gateway.policy.priority_queue import Overflow, PriorityQueue, Waiter
+from gateway.runtime.events import EventQueue, Failed, Finished, Left
 from gateway.runtime.fleet import Fleet
-from gateway.runtime.job import ClientGone, Job, State
-from gateway.runtime.supervisor import Supervisor
+from gateway.runtime.job import Job
+from gateway.runtime.lifecycle import ON_ENGINE, Move, next_state, stale
+from gateway.runtime.supervisor import Recovery, Supervisor
 from gateway.types import GatewayError, RateLimited, Unavailable, keepalive
 
 log = logging.getLogger(__name__)
@@ -51,8 +55,17 @@ def no_replica(model: str) -> GatewayError:
     return err
 
 
+class Tick:
+    """The scheduler's timer fired: waits that expired, keep-alives that are due."""
+
+
+_TICK = Tick()
+
+
 class Scheduler:
-    """Owns every job's lifecycle between admission and its end."""
+    """Owns every job's life between admission and its end: the one handler of the runtime's
+    events (finished, failed, client gone, timers), the only code that moves a job from one
+    state to another (gateway/runtime/lifecycle.py) after admission."""
 
     def __init__(
         self,
@@ -60,6 +73,7 @@ class Scheduler:
         supervisor: Supervisor,
         scheduling: SchedulingConfig,
         capacity_caps: Mapping[str, int],
+        events: EventQueue,
         *,
         keepalive_s: float = 5.0,
         on_done: Callable[[Job], None] | None = None,
@@ -69,6 +83,7 @@ class Scheduler:
         self._fleet = fleet
         self._share = capacity_share
         self.supervisor = supervisor
+        self.events = events
         self._scheduling = scheduling
         self._caps = dict(capacity_caps)
         self._preemption = Preemption(scheduling)
@@ -77,7 +92,17 @@ class Scheduler:
         self._clock = clock
         self.pools: dict[str, Pool] = {}
         self.on_queue_wait: Callable[[Job, float], None] | None = None
-        self._task: asyncio.Task[None] | None = None
+        # Keep-alives due to queued jobs: (when, order, job); stale entries drop when due.
+        self._beats: list[tuple[float, int, Job]] = []
+        self._beat_seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._closed = False
+        events.register(Finished, self._on_finished)
+        events.register(Failed, self._on_failed)
+        events.register(Left, self._on_left)
+        events.register(Tick, self._on_tick)
+        events.on_error = self._on_error
 
     def reconfigure(self, scheduling: SchedulingConfig, capacity_caps: Mapping[str, int]) -> None:
         """A config reload: new bounds and caps for new requests; queues keep their waiters."""
@@ -108,7 +133,7 @@ class Scheduler:
             pool = self.pools[model] = Pool(model, self._scheduling)
         return pool
 
-    # -- entry -------------------------------------------------------------------------------
+    # -- entry (from the API edge's handler task) ----------------------------------------------
     def enqueue(self, job: Job, cost: float, weight: float) -> None:
         """Start the job now, or queue it; raises 429/503 when the queue refuses it."""
         now = self._clock()
@@ -123,16 +148,18 @@ class Scheduler:
             pool.queue.push(job.waiter, now)
             pool.queue.pop()
             self._start(pool, job, now)
-            if job.state is State.DONE:
+            if stale(job.state):
                 raise job.out.error or Unavailable("The request could not be placed.")
             return
         result = pool.queue.push(job.waiter, now)
         if isinstance(result, Overflow):
             raise overflow_error(result)
+        self._queued(job, now)
         if result.evicted is not None:
             evicted = result.evicted.payload
             self._end(pool, evicted, overflow_error(pool.queue.evicted))
         self._dispatch(pool, now)
+        self._arm()
 
     # -- running the queue ---------------------------------------------------------------------
     def _dispatch(self, pool: Pool, now: float) -> None:
@@ -150,7 +177,9 @@ class Scheduler:
                 continue
             if not self._scheduling.preemption.enabled:
                 return
-            victim = self._preemption.choose(head.priority, pool.running, now)
+            victim = self._preemption.choose(
+                head.priority, (j for j in pool.running if j.preemptible), now
+            )
             if victim is None:
                 return
             self._preempt(pool, victim.request, victim.resume, now)
@@ -159,23 +188,53 @@ class Scheduler:
         if not job.started_at and self.on_queue_wait is not None:
             self.on_queue_wait(job, now - job.arrival)
         job.started_at = now
-        if self.supervisor.place(job):
-            pool.running.add(job)
-            return
-        self._end(pool, job, no_replica(pool.model))
+        if not self._place(pool, job, now):
+            self._end(pool, job, no_replica(pool.model))
+
+    def _place(self, pool: Pool, job: Job, now: float, avoid: tuple[str, ...] = ()) -> bool:
+        """Submit the job (resuming after its generated tokens) where the router says."""
+        if job.features is None:
+            job.features = self.supervisor.router.features(job.request)
+            job.attempts = self.supervisor.retry.start(now)
+        where = self.supervisor.choose(job, now, avoid)
+        if where is None:
+            return False
+        try:
+            job.key = where.link.submit(job.request, job, job.generated)
+        except Unavailable:
+            return False
+        job.state = next_state(job.state, Move.PLACE)
+        job.link = where.link
+        job.replica = where.replica
+        if job.attempts is not None:
+            job.attempts.record(where.replica)
+        if not job.first_replica:
+            job.first_replica = where.address
+        job.placed()
+        pool.running.add(job)
+        return True
+
+    @staticmethod
+    def _abort(job: Job) -> None:
+        """Stop the job's current attempt on its engine (no delta follows)."""
+        link = job.link
+        if link is not None:
+            link.abort(job.key)
+            job.link = None
 
     def _preempt(self, pool: Pool, job: Job, resume: bool, now: float) -> None:
         pool.running.discard(job)
-        self.supervisor.abort(job)
+        self._abort(job)
         job.preemptions += 1
         pool.preemptions[job.priority] = pool.preemptions.get(job.priority, 0) + 1
         if not resume:
             job.outcome = "aborted"
             self._end(pool, job, Unavailable("Shed under load: a higher class needed the slot."))
             return
-        job.state = State.PREEMPTED
+        job.state = next_state(job.state, Move.PREEMPT)
         assert job.waiter is not None
         pool.queue.requeue(job.waiter)
+        self._queued(job, now)
         log.info(
             "request %s (class %d) preempted after %d tokens",
             job.request.request_id,
@@ -183,36 +242,80 @@ class Scheduler:
             len(job.generated),
         )
 
-    # -- a job's outcomes (the Owner protocol) -----------------------------------------------
-    def finished(self, job: Job) -> None:
+    def _queued(self, job: Job, now: float) -> None:
+        """The job waits: its first keep-alive is due one interval from now."""
+        job.beat_at = now + self.keepalive_s
+        heapq.heappush(self._beats, (job.beat_at, next(self._beat_seq), job))
+
+    # -- events ----------------------------------------------------------------------------------
+    def _on_finished(self, ev: Finished) -> None:
+        job = ev.job
         self.supervisor.succeeded(job)
         pool = self._pool(job.request.model)
         pool.running.discard(job)
         self._done(job)
         self._dispatch(pool, self._clock())
+        self._arm()
 
-    def failed(self, job: Job, error: GatewayError) -> None:
-        if job.state is State.DONE:
-            return
+    def _on_failed(self, ev: Failed) -> None:
+        job = ev.job
+        if stale(job.state) or ev.attempt != job.attempt or job.state not in ON_ENGINE:
+            return  # a late failure of an attempt that was already replaced
         pool = self._pool(job.request.model)
-        if isinstance(error, ClientGone):
-            if job.waiter is not None and job.waiter.queued:
-                pool.queue.remove(job.waiter)
-            self.supervisor.abort(job)
-            job.outcome = "timeout" if error.timed_out else "client_gone"
-            self._end(pool, job, None)
-            return
-        if job.state is not State.RUNNING:
-            return  # a late failure of an attempt that was already preempted
-        if self.supervisor.recover(job, error):
-            return
+        pool.running.discard(job)
+        job.state = next_state(job.state, Move.FAIL)
+        failed = (job.replica,) if job.replica else ()
+        error = ev.error
+        decision = self.supervisor.recover(job, error)
+        if decision is not Recovery.END:
+            if decision is Recovery.MIGRATE:
+                job.migrations += 1
+            else:
+                job.retries += 1
+            moved = self._place(pool, job, self._clock(), failed)
+            if decision is Recovery.MIGRATE:
+                log.warning(
+                    "request %s: %s after %d tokens; %s",
+                    job.request.request_id,
+                    error.message,
+                    len(job.generated),
+                    f"migrated to {job.replica}" if moved else "no replica left",
+                )
+            if moved:
+                return
         job.outcome = "error"
         self._end(pool, job, error)
+        self._dispatch(pool, self._clock())
+        self._arm()
+
+    def _on_left(self, ev: Left) -> None:
+        job = ev.job
+        if stale(job.state):
+            return
+        pool = self._pool(job.request.model)
+        if job.waiter is not None and job.waiter.queued:
+            pool.queue.remove(job.waiter)
+        self._abort(job)
+        job.outcome = "timeout" if ev.timed_out else "client_gone"
+        self._end(pool, job, None)
+        self._arm()
+
+    def _on_error(self, event: object, error: Exception) -> None:
+        """Handling `event` raised (a bug): its request ends, the rest goes on."""
+        job = getattr(event, "job", None)
+        if not isinstance(job, Job) or stale(job.state):
+            return
+        pool = self._pool(job.request.model)
+        if job.waiter is not None and job.waiter.queued:
+            pool.queue.remove(job.waiter)
+        self._abort(job)
+        job.outcome = "error"
+        self._end(pool, job, GatewayError("The gateway failed to handle the request."))
 
     def _end(self, pool: Pool, job: Job, error: GatewayError | None) -> None:
         was_running = job in pool.running
         pool.running.discard(job)
-        job.state = State.DONE
+        job.state = next_state(job.state, Move.END)
         if error is not None:
             if error.reason and not job.outcome:
                 job.outcome = f"rejected:{error.reason}"  # refused after admission
@@ -222,7 +325,7 @@ class Scheduler:
             self._dispatch(pool, self._clock())
 
     def _done(self, job: Job) -> None:
-        job.state = State.DONE
+        """Once per job, whichever way it ended: its charge is settled, its line logged."""
         if self._on_done is not None:
             self._on_done(job)
 
@@ -232,33 +335,55 @@ class Scheduler:
         for pool in list(self.pools.values()):
             if pool.queue:
                 self._dispatch(pool, now)
+        self._arm()
 
-    # -- the ticker: waits that expire, keep-alives, capacity that grew -------------------------
+    # -- the timer: the next queue deadline or keep-alive, nothing polled ------------------------
     def start(self) -> None:
-        self._task = asyncio.create_task(self._tick(), name="scheduler")
+        self._closed = False
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        await tasks.stop(task)
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._timer_at = math.inf
 
-    async def _tick(self) -> None:
-        last_keepalive = self._clock()
-        while True:
-            await asyncio.sleep(0.1)
-            now = self._clock()
-            beat = now - last_keepalive >= self.keepalive_s
-            if beat:
-                last_keepalive = now
-            for pool in list(self.pools.values()):
-                self.tick(pool, now, beat)
+    def next_wake(self) -> float:
+        """When something is next due (the scheduler's clock), inf if nothing is."""
+        when = self._beats[0][0] if self._beats else math.inf
+        for pool in self.pools.values():
+            dl = pool.queue.next_deadline()
+            if dl is not None and dl < when:
+                when = dl
+        return when
 
-    def tick(self, pool: Pool, now: float, keepalive_due: bool) -> None:
-        for w in pool.queue.expired(now):
-            self._end(pool, w.payload, overflow_error(pool.queue.timed_out, "queue_timeout"))
-        self._dispatch(pool, now)
-        if keepalive_due:
-            self._keepalives(pool)
+    def _arm(self) -> None:
+        when = self.next_wake()
+        if when >= self._timer_at or when == math.inf or self._closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        delay = max(0.0, when - self._clock())
+        self._timer = asyncio.get_running_loop().call_later(delay, self.events.post, _TICK)
 
-    def _keepalives(self, pool: Pool) -> None:
-        for w in pool.queue.waiting():
-            w.payload.out.push(keepalive())
+    def _on_tick(self, _: Tick) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        now = self._clock()
+        for pool in list(self.pools.values()):
+            for w in pool.queue.expired(now):
+                self._end(pool, w.payload, overflow_error(pool.queue.timed_out, "queue_timeout"))
+        self._keepalives(now)
+        self._arm()
+
+    def _keepalives(self, now: float) -> None:
+        beats = self._beats
+        while beats and beats[0][0] <= now:
+            when, _, job = heapq.heappop(beats)
+            waiter = job.waiter
+            if when != job.beat_at or waiter is None or not waiter.queued:
+                continue  # placed (or gone) since
+            job.out.push(keepalive())
+            job.beat_at = now + self.keepalive_s
+            heapq.heappush(beats, (job.beat_at, next(self._beat_seq), job))

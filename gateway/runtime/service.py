@@ -66,7 +66,7 @@ class Service:
             raise rejection_error(ticket)
         job = Job(
             req,
-            self.scheduler,
+            self.scheduler.events,
             ResponseStream(self.max_pending),
             tenant=tenant.name,
             priority=priority,

@@ -1,25 +1,32 @@
-"""Places jobs on replicas and keeps them alive: retry before the first token, migrate after.
+"""Decides where jobs go and what happens to a failed one: retry before the first token,
+migrate after, or end. It returns decisions; the scheduler carries them out.
 
-Both are the same move: submit the request again on another replica with the token ids
-generated so far (empty for a retry), so the client's stream continues with no error, no
-repeated and no missing token. The router (filters, weighted scorers, a picker) chooses; a
+Retry and migration are the same move: submit the request again on another replica with the
+token ids generated so far (empty for a retry), so the client's stream continues with no error,
+no repeated and no missing token. The router (filters, weighted scorers, a picker) chooses; a
 retry budget and a per-request migration limit bound the moves; failures feed passive outlier
 ejection.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
 from gateway.policy.ejection import OutlierDetector
 from gateway.policy.retry import RetryPolicy
 from gateway.policy.routing.router import Router
 from gateway.runtime.fleet import Fleet
-from gateway.runtime.job import Job, State
+from gateway.runtime.job import Job
 from gateway.types import GatewayError, Unavailable, UpstreamError
+
+if TYPE_CHECKING:
+    from gateway.upstream.link import EngineLink
 
 log = logging.getLogger(__name__)
 
@@ -56,46 +63,32 @@ class Supervisor:
         self.router = router
 
     # -- placement -----------------------------------------------------------------------
-    def place(self, job: Job, avoid: tuple[str, ...] = ()) -> bool:
-        """Submit the job (resuming after its generated tokens) on the replica the router
-        picks, other than those in `avoid` (the one that just failed it)."""
-        now = self._clock()
+    def choose(self, job: Job, now: float, avoid: tuple[str, ...] = ()) -> Placement | None:
+        """Where the router would place the job now, other than on the replicas in `avoid`
+        (the one that just failed it); None when nowhere."""
+        assert job.features is not None
         pool = self._fleet.pool(job.request.model)
         if not pool:
-            return False
-        if job.features is None:
-            job.features = self.router.features(job.request)
-            job.attempts = self.retry.start(now)
+            return None
         replica = self.router.profile.route(job.features, pool, now, avoid)
         if replica is None:
-            return False
+            return None
         link = self._fleet.by_name.get(replica.head)
         if link is None:
-            return False
-        try:
-            job.key = link.submit(job.request, job, job.generated)
-        except Unavailable:
-            return False
-        job.link = link
-        job.replica = replica.name
-        job.state = State.RUNNING
-        if job.attempts is not None:
-            job.attempts.record(replica.name)
-        if not job.first_replica:
-            job.first_replica = replica.address
-        return True
+            return None
+        return Placement(link, replica.name, replica.address)
 
     # -- outcomes ----------------------------------------------------------------------------
     def succeeded(self, job: Job) -> None:
         if job.replica:
             self.outliers.success(job.replica, self._clock())
 
-    def recover(self, job: Job, error: GatewayError) -> bool:
-        """Try to keep a failed job alive elsewhere; False when it has to end."""
+    def recover(self, job: Job, error: GatewayError) -> Recovery:
+        """What to do with a job whose attempt failed: move it (a retry before its first
+        token, a migration after), or end it. Counts the failure against its replica."""
         if not isinstance(error, RETRIABLE):
-            return False
+            return Recovery.END
         now = self._clock()
-        failed = (job.replica,) if job.replica else ()
         if job.replica:
             pool = self._fleet.assembly.pool_names.get(job.request.model, frozenset())
             if self.outliers.failure(job.replica, now, pool) is not None:
@@ -104,30 +97,26 @@ class Supervisor:
                     self.on_ejected(job.replica)
         attempts = job.attempts
         if attempts is None:
-            return False
+            return Recovery.END
         if job.generated:
             if not self.retry.may_migrate(attempts):
-                return False
-            job.migrations += 1
+                return Recovery.END
             self.migrations += 1
-            moved = self.place(job, failed)
-            log.warning(
-                "request %s: %s after %d tokens; %s",
-                job.request.request_id,
-                error.message,
-                len(job.generated),
-                f"migrated to {job.replica}" if moved else "no replica left",
-            )
-            return moved
+            return Recovery.MIGRATE
         if not self.retry.may_retry(attempts, False, now):
-            return False
-        job.retries += 1
+            return Recovery.END
         self.retries += 1
-        return self.place(job, failed)
+        return Recovery.RETRY
 
-    def abort(self, job: Job) -> None:
-        """Stop the job's current attempt on its engine (no delta follows)."""
-        link = job.link
-        if link is not None:
-            link.abort(job.key)
-            job.link = None
+
+class Recovery(enum.Enum):
+    MIGRATE = "migrate"  # resume on another replica after the tokens so far
+    RETRY = "retry"  # start again on another replica (no token yet)
+    END = "end"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    link: EngineLink
+    replica: str  # its name (a shard group's)
+    address: str  # its head's

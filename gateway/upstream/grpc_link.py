@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import TYPE_CHECKING
 
@@ -12,6 +11,7 @@ import grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
 
+from gateway import tasks
 from gateway.runtime.flush import FLUSHER
 from gateway.upstream import convert
 
@@ -49,13 +49,17 @@ async def run(link: EngineLink) -> None:
         wake = asyncio.Event()
         link.kick = wake.set
         link.announced(first.info, first.load)
-        writer = asyncio.create_task(_write(link, call, wake))
+        writer = asyncio.create_task(_write(link, call, wake), name=f"link-{link.name}-writer")
+        reader = asyncio.create_task(_read(link, call), name=f"link-{link.name}-reader")
         try:
-            await _read(link, call)
+            # Whichever ends first ends the session: a writer that died takes the link down
+            # (its requests migrate) instead of leaving it up, reading, with nothing sent.
+            done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # raises what ended it
+            raise ConnectionError("the link's session ended")
         finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
+            await tasks.stop_all([reader, writer])
             call.cancel()
 
 

@@ -24,7 +24,14 @@ from shardgate.v1.wire import WireDelta
 from gateway import tasks
 from gateway.config.schema import LinkSettings
 from gateway.policy.health import reconnect_delay_s
-from gateway.types import Delta, Finish, GatewayError, GenerationRequest, Unavailable
+from gateway.types import (
+    Delta,
+    Finish,
+    GatewayError,
+    GenerationRequest,
+    Unavailable,
+    UpstreamError,
+)
 from gateway.upstream import convert, grpc_link, tcp_link
 
 log = logging.getLogger(__name__)
@@ -105,9 +112,8 @@ class EngineLink:
         return key
 
     def abort(self, key: int) -> None:
-        if self.streams.pop(key, None) is not None and self.connected:
-            self._aborts.append(key)
-            self.kick()
+        if self.streams.pop(key, None) is not None:
+            self.abort_key(key)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -207,31 +213,51 @@ class EngineLink:
 
     def deliver(self, deltas: Iterable[WireDelta]) -> None:
         """Hand each delta to its request; never awaits. The lists of token ids become the
-        requests' own: the transport decoded them fresh."""
+        requests' own: the transport decoded them fresh. A request whose handling raises is
+        failed alone: the link and its other requests go on."""
         streams = self.streams
-        for d in deltas:
-            stream = streams.get(d.key)
-            if stream is None:
-                continue
-            finish = d.finish
-            if not finish and not d.prompt_tokens:
-                stream.push(Delta(d.token_ids, d.text))
-                continue
-            if finish:
-                del streams[d.key]
-                if finish == pb.FINISH_ERROR:
-                    stream.fail(convert.delta_error(d))
-                    continue
-                if finish == pb.FINISH_ABORT:
-                    stream.fail(Unavailable("The engine stopped the request."))
-                    continue
-            stream.push(
-                Delta(
-                    d.token_ids,
-                    d.text,
-                    Finish(finish),
-                    d.prompt_tokens,
-                    d.cached_tokens,
-                    d.completion_tokens,
-                )
-            )
+        it = iter(deltas)
+        while True:
+            try:
+                for d in it:  # (inline, in one try: the per-token path costs no call here)
+                    stream = streams.get(d.key)
+                    if stream is None:
+                        continue
+                    finish = d.finish
+                    if not finish and not d.prompt_tokens:
+                        stream.push(Delta(d.token_ids, d.text))
+                        continue
+                    if finish:
+                        del streams[d.key]
+                        if finish == pb.FINISH_ERROR:
+                            stream.fail(convert.delta_error(d))
+                            continue
+                        if finish == pb.FINISH_ABORT:
+                            stream.fail(Unavailable("The engine stopped the request."))
+                            continue
+                    stream.push(
+                        Delta(
+                            d.token_ids,
+                            d.text,
+                            Finish(finish),
+                            d.prompt_tokens,
+                            d.cached_tokens,
+                            d.completion_tokens,
+                        )
+                    )
+                return
+            except Exception as e:
+                if stream is not None:
+                    self._failed_on(d.key, stream, e)
+
+    def _failed_on(self, key: int, stream: DeltaTarget, error: Exception) -> None:
+        log.error("link %s: request %d failed on its delta: %r", self.name, key, error)
+        if self.streams.pop(key, None) is not None:
+            self.abort_key(key)
+        stream.fail(UpstreamError(f"The gateway failed on the engine's output: {error}"))
+
+    def abort_key(self, key: int) -> None:
+        """Tell the sidecar to stop `key`, whose stream is already gone from the link."""
+        if self.connected:
+            self._aborts.append(key)
+            self.kick()

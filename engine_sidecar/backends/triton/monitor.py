@@ -7,13 +7,13 @@ Each call has its own deadline (TritonClient's rpc timeout). The model counts as
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
 
 from engine_sidecar.backends.triton.client import TritonClient
 from engine_sidecar.backends.triton.config import TritonConfig
+from gateway import tasks
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,7 @@ class Monitor:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await tasks.stop(task)
 
     async def check(self) -> None:
         ready = await self._client.ready()

@@ -71,6 +71,14 @@ class Tally:
         return FINISH_REASON.get(self.finish, "stop")
 
 
+def response_headers(gen: Job) -> dict[str, str]:
+    """Rate-limit values and the replica that took the request (once one has)."""
+    out = dict(gen.headers)
+    if gen.first_replica:
+        out["x-shardgate-replica"] = gen.first_replica
+    return out
+
+
 class SSEResponse(web.StreamResponse):
     """Holds its headers back until the first write, so that they leave in the same send() as
     the first chunk (an SSE response always writes one right after prepare())."""
@@ -98,12 +106,11 @@ class OpenAIServing:
         gen.arm(deadline, self.settings.first_token_timeout_s)
         try:
             batch = await gen.first_batch()
-            out_headers = dict(gen.headers)
-            if gen.first_replica:
-                out_headers["x-shardgate-replica"] = gen.first_replica
             if req.stream:
-                return await self._stream(request, gen, kind, batch, out_headers)
-            return await self._unary(gen, kind, batch, out_headers)
+                return await self._stream(request, gen, kind, batch)
+            while batch and not gen.began:  # keep-alives while queued: nothing to say yet
+                batch = await gen.take()
+            return await self._unary(gen, kind, batch, response_headers(gen))
         finally:
             gen.close()
 
@@ -125,21 +132,27 @@ class OpenAIServing:
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _stream(
-        self,
-        request: web.Request,
-        gen: Job,
-        kind: encode.ChunkKind,
-        batch: list[Delta],
-        headers: dict[str, str],
+        self, request: web.Request, gen: Job, kind: encode.ChunkKind, batch: list[Delta]
     ) -> web.StreamResponse:
         """Streams the generation (the job's timer ends it with an error event if it runs past
-        its deadline)."""
+        its deadline). A request still queued when its keep-alive is due gets its headers and
+        `: keep-alive` comments only; the role chunk leaves with its first token."""
         req = gen.request
+        headers = response_headers(gen)
         resp = SSEResponse(headers={**SSE_HEADERS, **headers})
         await resp.prepare(request)
-        enc = encode.ChunkEncoder(req.request_id, req.model, int(time.time()), kind)
-        buf = bytearray(enc.role_chunk())
+        buf = bytearray()
         tally = Tally()
+        enc = encode.ChunkEncoder(req.request_id, req.model, int(time.time()), kind)
+        if batch and not gen.began:
+            try:
+                batch = await self._wait_queued(resp, gen, batch)
+            except GatewayError as e:  # refused while queued, after the head left
+                return await self._end_with(resp, req, enc, buf, tally, e)
+            if gen.first_replica and "x-shardgate-replica" not in headers:
+                # The head left before a replica took it: named here instead.
+                buf += b": x-shardgate-replica: %s\n\n" % gen.first_replica.encode()
+        buf += enc.role_chunk()
         transport = request.transport
         sink = None
         if self.settings.direct_writes and transport is not None:
@@ -153,20 +166,40 @@ class OpenAIServing:
                 if sink is not None:
                     sink.flush()
         except GatewayError as e:
-            # The stream already started: the error travels as an SSE event, with the usage
-            # so far when the client asked for usage.
-            buf += enc.error_event(e.message, e.type, e.status)
-            if req.include_usage:
-                enc.usage_chunk_into(buf, tally.usage())
-            buf += encode.DONE
-            await resp.write_eof(bytes(buf))
-            return resp
+            return await self._end_with(resp, req, enc, buf, tally, e)
         enc.finish_chunk_into(buf, tally.reason)
         if req.include_usage:
             enc.usage_chunk_into(buf, tally.usage())
         buf += encode.DONE
         await resp.write_eof(bytes(buf))  # one send() with the chunked terminator
         return resp
+
+    @staticmethod
+    async def _end_with(
+        resp: web.StreamResponse,
+        req: GenerationRequest,
+        enc: encode.ChunkEncoder,
+        buf: bytearray,
+        tally: Tally,
+        e: GatewayError,
+    ) -> web.StreamResponse:
+        """The stream already started: the error travels as an SSE event, with the usage so
+        far when the client asked for usage."""
+        buf += enc.error_event(e.message, e.type, e.status)
+        if req.include_usage:
+            enc.usage_chunk_into(buf, tally.usage())
+        buf += encode.DONE
+        await resp.write_eof(bytes(buf))
+        return resp
+
+    @staticmethod
+    async def _wait_queued(resp: web.StreamResponse, gen: Job, batch: list[Delta]) -> list[Delta]:
+        """Keep a queued client's connection alive until an engine produces its first output
+        (or the request fails: raised as the error response, nothing else was said)."""
+        while batch and not gen.began:
+            await resp.write(KEEPALIVE * len(batch))
+            batch = await gen.take()
+        return batch
 
     @staticmethod
     async def _relay(

@@ -1,5 +1,6 @@
-"""A job's one timer: the first-output limit, then the deadline; what the client side sees, and
-that the engine side is told at once."""
+"""A job's one timer: the first-output limit (counted from the moment the request reaches an
+engine), then the deadline; what the client side sees, and that the scheduler hears of it at
+once (a `Left` event)."""
 
 from __future__ import annotations
 
@@ -7,112 +8,146 @@ import asyncio
 
 import pytest
 
-from gateway.runtime.job import ClientGone, Job
+from gateway.runtime.events import EventQueue, Left
+from gateway.runtime.job import Job
+from gateway.runtime.lifecycle import State
 from gateway.runtime.stream import ResponseStream
-from gateway.types import (
-    Delta,
-    Finish,
-    GatewayError,
-    GatewayTimeout,
-    GenerationRequest,
-    Sampling,
-)
+from gateway.types import Delta, Finish, GatewayTimeout, GenerationRequest, Sampling, keepalive
 
 
-class Owner:
+class Events(EventQueue):
+    """Keeps what is posted, handles nothing."""
+
     def __init__(self) -> None:
-        self.failed_with: list[GatewayError] = []
+        super().__init__(schedule=lambda fn: None)
+        self.posted: list[object] = []
 
-    def finished(self, job: Job) -> None:
-        pass
+    def post(self, event: object) -> None:
+        self.posted.append(event)
 
-    def failed(self, job: Job, error: GatewayError) -> None:
-        self.failed_with.append(error)
+    def left(self) -> list[Left]:
+        return [e for e in self.posted if isinstance(e, Left)]
 
 
-def job(owner: Owner) -> Job:
+def job(events: Events) -> Job:
     req = GenerationRequest("r1", "m", Sampling(max_tokens=8), prompt="hi")
-    return Job(req, owner, ResponseStream(64))
+    return Job(req, events, ResponseStream(64))
 
 
-async def test_no_first_output_fails_with_a_504_and_tells_the_owner() -> None:
-    owner = Owner()
-    j = job(owner)
+def place(j: Job) -> None:
+    """What the scheduler does when it submits the job to an engine."""
+    j.state = State.PLACED
+    j.placed()
+
+
+async def test_no_first_output_from_the_engine_fails_with_a_504_and_tells_the_scheduler() -> None:
+    events = Events()
+    j = job(events)
     loop = asyncio.get_running_loop()
     j.arm(loop.time() + 10, 0.05)
+    place(j)
     with pytest.raises(GatewayTimeout, match="engine to start"):
         await j.first_batch()
     assert j.timed_out
-    [gone] = owner.failed_with
-    assert isinstance(gone, ClientGone) and gone.timed_out
+    [gone] = events.left()
+    assert gone.job is j and gone.timed_out
+    j.close()
+    assert len(events.left()) == 1
+
+
+async def test_time_in_the_queue_does_not_count_toward_the_first_output_limit() -> None:
+    events = Events()
+    j = job(events)
+    loop = asyncio.get_running_loop()
+    j.arm(loop.time() + 0.3, 0.01)  # queued for the whole time: only the deadline applies
+    with pytest.raises(GatewayTimeout, match="deadline"):
+        while True:
+            await j.take()
+    assert len(events.left()) == 1
+    j.close()
+
+
+async def test_a_keepalive_while_queued_is_not_output() -> None:
+    events = Events()
+    j = job(events)
+    loop = asyncio.get_running_loop()
+    j.arm(loop.time() + 10, 0.05)
+    j.out.push(keepalive())  # what the scheduler sends a queued client
+    assert await j.first_batch() and not j.began
+    place(j)  # placed, and then the engine says nothing
+    with pytest.raises(GatewayTimeout, match="engine to start"):
+        await j.take()
     j.close()
 
 
 async def test_output_in_time_moves_the_timer_to_the_deadline() -> None:
-    owner = Owner()
-    j = job(owner)
+    events = Events()
+    j = job(events)
     loop = asyncio.get_running_loop()
     j.arm(loop.time() + 0.2, 0.05)
-    j.out.push(Delta([1], "a"))
-    assert await j.first_batch()
-    await asyncio.sleep(0.1)  # past the first-output limit: nothing happens
-    assert not owner.failed_with
-    with pytest.raises(GatewayTimeout, match="deadline"):
+    place(j)
+    j.push(Delta([1], "a"))
+    assert await j.first_batch() and j.began and j.state is State.STREAMING
+    with pytest.raises(GatewayTimeout, match="deadline"):  # not "engine to start"
         while True:
             await j.take()
-    assert j.timed_out and len(owner.failed_with) == 1
+    assert j.timed_out and len(events.left()) == 1
     j.close()
 
 
 async def test_a_delta_pending_when_the_first_limit_passes_counts_as_output() -> None:
-    owner = Owner()
-    j = job(owner)
+    events = Events()
+    j = job(events)
     loop = asyncio.get_running_loop()
-    j.arm(loop.time() + 10, 0.01)
-    j.out.push(Delta([1], "a"))  # arrived, but the client side has not taken it yet
-    await asyncio.sleep(0.05)
-    assert not owner.failed_with
-    assert await j.first_batch()
+    j.arm(loop.time() + 0.2, 0.01)
+    place(j)
+    j.push(Delta([1], "a"))  # arrived, but the client side has not taken it yet
+    with pytest.raises(GatewayTimeout, match="deadline"):  # only the deadline ends it
+        while True:
+            await j.take()
     j.close()
 
 
-async def test_close_stops_the_timer() -> None:
-    owner = Owner()
-    j = job(owner)
+async def test_close_stops_the_timer_and_tells_the_scheduler_once() -> None:
+    events = Events()
+    j = job(events)
     loop = asyncio.get_running_loop()
     j.arm(loop.time() + 0.05, 0.02)
-    j.close()  # the client side is done (not finished: the owner hears ClientGone once)
-    await asyncio.sleep(0.1)
-    assert len(owner.failed_with) == 1 and not j.timed_out
+    j.close()  # the client side is done (not finished: the scheduler hears Left once)
+    assert j._timer is None
+    [gone] = events.left()
+    assert not gone.timed_out and not j.timed_out
 
 
 async def test_a_client_side_stuck_outside_take_is_cancelled_at_the_deadline() -> None:
-    owner = Owner()
-    j = job(owner)
+    events = Events()
+    j = job(events)
     stuck = asyncio.Event()
 
     async def client_side() -> None:
         loop = asyncio.get_running_loop()
         j.arm(loop.time() + 0.05, 10)
-        j.out.push(Delta([1], "a"))
+        place(j)
+        j.push(Delta([1], "a"))
         await j.first_batch()
         await stuck.wait()  # like a write that never drains
 
     task = asyncio.create_task(client_side())
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
-    assert j.timed_out and len(owner.failed_with) == 1
+    assert j.timed_out and len(events.left()) == 1
 
 
 async def test_a_finished_job_whose_client_side_is_stuck_is_cut_at_the_deadline() -> None:
-    owner = Owner()
-    j = job(owner)
+    events = Events()
+    j = job(events)
     stuck = asyncio.Event()
 
     async def client_side() -> None:
         loop = asyncio.get_running_loop()
         j.arm(loop.time() + 0.05, 10)
-        j.out.push(Delta([1], "a"))
+        place(j)
+        j.push(Delta([1], "a"))
         await j.first_batch()
         j.push(Delta([2], "b", Finish.LENGTH, 1, 0, 2))  # the engine is done
         await stuck.wait()  # but the client is not reading
@@ -120,4 +155,5 @@ async def test_a_finished_job_whose_client_side_is_stuck_is_cut_at_the_deadline(
     task = asyncio.create_task(client_side())
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
-    assert not owner.failed_with  # it finished: no timeout to report
+    assert j.state is State.DONE
+    assert not events.left()  # it finished: no timeout to report
