@@ -90,36 +90,41 @@ class EventQueue:
     def post(self, event: object) -> None:
         self._events.append(event)
         if not self._armed:
-            self._armed = True
-            if self._schedule is not None:
-                self._schedule(self.drain)
-            else:
-                asyncio.get_running_loop().call_soon(self.drain)
+            self._arm()
+
+    def _arm(self) -> None:
+        self._armed = True
+        if self._schedule is not None:
+            self._schedule(self.drain)
+        else:
+            asyncio.get_running_loop().call_soon(self.drain)
 
     def __len__(self) -> int:
         return len(self._events)
 
     def drain(self) -> None:
         """Handle what is queued (and what handling it posts), up to MAX_PER_DRAIN events."""
-        self._armed = False
         events = self._events
         handlers = self._handlers
-        for _ in range(MAX_PER_DRAIN):
-            if not events:
-                return
-            event = events.popleft()
+        self._armed = True  # what handlers post is handled here, not in another drain
+        try:
+            for _ in range(MAX_PER_DRAIN):
+                if not events:
+                    return
+                event = events.popleft()
+                try:
+                    handlers[type(event)](event)
+                except Exception as e:
+                    self._failed(event, e)
+        finally:
+            self._armed = False
+            if events:
+                self._arm()
+
+    def _failed(self, event: object, error: Exception) -> None:
+        log.exception("handling %s failed", type(event).__name__)
+        if self.on_error is not None:
             try:
-                handlers[type(event)](event)
-            except Exception as e:
-                log.exception("handling %s failed", type(event).__name__)
-                if self.on_error is not None:
-                    try:
-                        self.on_error(event, e)
-                    except Exception:
-                        log.exception("ending the request of a failed event failed")
-        if events and not self._armed:
-            self._armed = True
-            if self._schedule is not None:
-                self._schedule(self.drain)
-            else:
-                asyncio.get_running_loop().call_soon(self.drain)
+                self.on_error(event, error)
+            except Exception:
+                log.exception("ending the request of a failed event failed")

@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from gateway.config.tenants import SchedulingConfig
 from gateway.policy.preemption import Preemption
@@ -36,7 +37,8 @@ class Pool:
     def __init__(self, model: str, scheduling: SchedulingConfig) -> None:
         self.model = model
         self.queue: PriorityQueue[Job] = PriorityQueue(scheduling)
-        self.running: set[Job] = set()
+        # In the order they started (a dict: iteration is deterministic, unlike a set's).
+        self.running: dict[Job, None] = {}
         self.preemptions: dict[int, int] = {}
 
 
@@ -53,6 +55,13 @@ def no_replica(model: str) -> GatewayError:
     err = Unavailable(f"No healthy replica serves `{model}` right now.")
     err.reason = "no_replica"
     return err
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+CallLater = Callable[[float, Callable[[], None]], Cancellable]
 
 
 class Tick:
@@ -79,8 +88,12 @@ class Scheduler:
         on_done: Callable[[Job], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         capacity_share: int = 1,
+        call_later: CallLater | None = None,
     ) -> None:
+        """`call_later(delay_s, fn)` arms the scheduler's timer (the running loop's unless
+        given)."""
         self._fleet = fleet
+        self._call_later = call_later
         self._share = capacity_share
         self.supervisor = supervisor
         self.events = events
@@ -95,7 +108,7 @@ class Scheduler:
         # Keep-alives due to queued jobs: (when, order, job); stale entries drop when due.
         self._beats: list[tuple[float, int, Job]] = []
         self._beat_seq = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Cancellable | None = None
         self._timer_at = math.inf
         self._closed = False
         events.register(Finished, self._on_finished)
@@ -211,7 +224,7 @@ class Scheduler:
         if not job.first_replica:
             job.first_replica = where.address
         job.placed()
-        pool.running.add(job)
+        pool.running[job] = None
         return True
 
     @staticmethod
@@ -223,7 +236,7 @@ class Scheduler:
             job.link = None
 
     def _preempt(self, pool: Pool, job: Job, resume: bool, now: float) -> None:
-        pool.running.discard(job)
+        pool.running.pop(job, None)
         self._abort(job)
         job.preemptions += 1
         pool.preemptions[job.priority] = pool.preemptions.get(job.priority, 0) + 1
@@ -252,7 +265,7 @@ class Scheduler:
         job = ev.job
         self.supervisor.succeeded(job)
         pool = self._pool(job.request.model)
-        pool.running.discard(job)
+        pool.running.pop(job, None)
         self._done(job)
         self._dispatch(pool, self._clock())
         self._arm()
@@ -262,7 +275,7 @@ class Scheduler:
         if stale(job.state) or ev.attempt != job.attempt or job.state not in ON_ENGINE:
             return  # a late failure of an attempt that was already replaced
         pool = self._pool(job.request.model)
-        pool.running.discard(job)
+        pool.running.pop(job, None)
         job.state = next_state(job.state, Move.FAIL)
         failed = (job.replica,) if job.replica else ()
         error = ev.error
@@ -314,7 +327,7 @@ class Scheduler:
 
     def _end(self, pool: Pool, job: Job, error: GatewayError | None) -> None:
         was_running = job in pool.running
-        pool.running.discard(job)
+        pool.running.pop(job, None)
         job.state = next_state(job.state, Move.END)
         if error is not None:
             if error.reason and not job.outcome:
@@ -365,7 +378,11 @@ class Scheduler:
             self._timer.cancel()
         self._timer_at = when
         delay = max(0.0, when - self._clock())
-        self._timer = asyncio.get_running_loop().call_later(delay, self.events.post, _TICK)
+        call_later = self._call_later or asyncio.get_running_loop().call_later
+        self._timer = call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self.events.post(_TICK)
 
     def _on_tick(self, _: Tick) -> None:
         self._timer = None
