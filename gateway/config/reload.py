@@ -103,8 +103,12 @@ class Reloader:
         await tasks.stop(task)
 
     async def _watch(self, interval_s: float) -> None:
+        """Supervised: a failure in one check is logged and the next check runs as usual."""
         while True:
             await asyncio.sleep(interval_s)
-            stamp = self._file_stamp()
-            if stamp is not None and stamp != self._stamp:
-                self.reload("file changed")
+            try:
+                stamp = self._file_stamp()
+                if stamp is not None and stamp != self._stamp:
+                    self.reload("file changed")
+            except Exception:
+                log.exception("config watch: checking %s failed; watching on", self.path)
