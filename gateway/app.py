@@ -22,12 +22,13 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.policy.admission import Admission
 from gateway.policy.routing.router import Router
-from gateway.policy.tenants import Tenants
+from gateway.policy.tenants import ANONYMOUS, Limits, Tenant, Tenants
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
+from gateway.workers import share
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,41 @@ def validate_static(config: Config) -> None:
 
 def config_hash(config: Config) -> str:
     return hashlib.sha256(msgspec.json.encode(config)).hexdigest()[:16]
+
+
+def _bucket_settings(lim: Limits) -> tuple[object, ...]:
+    """What an admission account is built from (priorities and weight are read per request)."""
+    return (
+        lim.requests_per_s,
+        lim.requests_burst,
+        lim.tokens_per_min,
+        lim.tokens_burst,
+        lim.max_concurrent,
+    )
+
+
+def _resolved(config: Config) -> dict[str, Tenant]:
+    if not config.tenants:
+        return {ANONYMOUS: Tenant(ANONYMOUS)}
+    return {t.name: Tenant.from_config(t) for t in config.tenants}
+
+
+def kept_tenants(old: Config, new: Config) -> set[str]:
+    """The tenants whose buckets and concurrency limit are the same in both configs on every
+    model, so that their live levels carry over a reload (keys, weight, priorities may differ)."""
+    before, after = _resolved(old), _resolved(new)
+    kept = set()
+    for name, t in after.items():
+        o = before.get(name)
+        if o is None:
+            continue
+        models = t.per_model.keys() | o.per_model.keys()
+        same = _bucket_settings(t.defaults) == _bucket_settings(o.defaults) and all(
+            _bucket_settings(t.limits(m)) == _bucket_settings(o.limits(m)) for m in models
+        )
+        if same:
+            kept.add(name)
+    return kept
 
 
 class Gateway:
@@ -118,17 +154,15 @@ class Gateway:
                 raise ValueError(f"gateway.{name} changes only with a restart")
 
     def apply(self, new: Config, version: int, digest: str) -> None:
-        """Swap in a validated config. Live state survives: token-bucket levels of unchanged
-        tenants, queues, in-flight streams, connected sidecars."""
+        """Swap in a validated config, as read from the file: a worker applies its share.
+        Live state survives: token-bucket levels of tenants whose limits did not change, queues,
+        in-flight streams, connected sidecars."""
+        new = share(new, self.worker_of)
         s = new.gateway
         tenants = Tenants(new.tenants, new.anonymous)
         admission = Admission(new.model_limits)
         self.supervisor.reconfigure(new.routing, new.retry, new.health)  # may raise: first
-        old = self.config
-        unchanged = {t.name for t in new.tenants if t in old.tenants}
-        if not new.tenants and not old.tenants:
-            unchanged.add("anonymous")
-        admission.carry_over(self.service.admission, unchanged)
+        admission.carry_over(self.service.admission, kept_tenants(self.config, new))
         self.service.tenants = tenants
         self.service.admission = admission
         self.service.max_pending = s.max_pending_deltas
