@@ -20,6 +20,7 @@ from gateway.config.reload import Reloader
 from gateway.config.schema import Config
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
+from gateway.observability.siblings import Siblings
 from gateway.policy.admission import Admission
 from gateway.policy.routing.router import Router
 from gateway.policy.tenants import ANONYMOUS, Limits, Tenant, Tenants
@@ -28,7 +29,7 @@ from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
-from gateway.workers import share
+from gateway.workers import Seat, share
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,11 @@ class Gateway:
         grpc_port: int | None = None,
         config_path: str | Path | None = None,
         worker_of: int = 1,
+        seat: Seat | None = None,
     ) -> None:
         """`worker_of` > 1: one of that many workers sharing the ports (gateway/workers.py);
-        the config given is already this worker's share."""
+        the config given is already this worker's share. `seat`: where it finds its siblings
+        (for /metrics and reloads of all)."""
         s = config.gateway
         self.worker_of = worker_of
         self.config = config
@@ -135,6 +138,17 @@ class Gateway:
                 validate=self.validate,
             )
         self.http_api = HttpApi(self.fleet, self.service, self.metrics, s, self)
+        self.siblings: Siblings | None = None
+        if seat is not None:
+            sockets = {i: seat.socket(i) for i in seat.siblings()}
+            self.siblings = Siblings(
+                seat.socket(seat.index),
+                sockets,
+                self.http_api.own_metrics,
+                self.metrics.sibling_unanswered,
+            )
+            if self.reloader is not None:
+                self.reloader.fan_out = seat.reload_all
         self.grpc_servicer = grpc_api.GatewayServicer(self.fleet, self.service, s)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
@@ -186,6 +200,8 @@ class Gateway:
         s = self.config.gateway
         self.fleet.start()
         self.scheduler.start()
+        if self.siblings is not None:
+            await self.siblings.start()
         self._runner = web.AppRunner(
             self.http_api.app(),
             handler_cancellation=True,
@@ -247,5 +263,7 @@ class Gateway:
             self._runner._shutdown_timeout = grace  # read by cleanup(); settable per stop
             stops.append(self._runner.cleanup())
         await asyncio.gather(*stops)
+        if self.siblings is not None:
+            await self.siblings.stop()
         await self.scheduler.close()
         await self.fleet.close()
