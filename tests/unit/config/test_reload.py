@@ -1,11 +1,12 @@
-"""The file watcher is supervised: one failing check does not end the watching."""
+"""The Reloader: a supervised file watcher, and reloads asked for through the admin API
+fanned out to the other processes serving the file."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-from gateway.config.reload import Reloader
+from gateway.config.reload import ADMIN, Reloader
 from gateway.config.schema import Config
 
 BASE = "gateway: {default_max_tokens: 16}\n"
@@ -31,3 +32,21 @@ async def test_the_watch_survives_a_failing_reload(tmp_path: Path) -> None:
     finally:
         await reloader.close()
     assert reloader.status.version == 2
+
+
+def test_only_an_admin_reload_fans_out(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text(BASE)
+    versions: list[int] = []
+    reloader = Reloader(path, BASE, lambda config, version, digest: versions.append(version))
+    fanned: list[int] = []
+    reloader.fan_out = lambda: fanned.append(reloader.status.version)
+    path.write_text(BASE.replace("16", "8"))
+    assert reloader.reload("SIGHUP")
+    assert reloader.reload("file changed")
+    assert fanned == []
+    path.write_text(BASE.replace("16", "4"))
+    assert reloader.reload(ADMIN)
+    path.write_text("gateway: {default_max_tokens: -1}\n")  # refused here: the others try too
+    assert not reloader.reload(ADMIN)
+    assert (versions, fanned) == ([2, 3], [3, 3])
