@@ -20,15 +20,17 @@ from gateway.config.reload import Reloader
 from gateway.config.schema import Config
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
+from gateway.observability.siblings import Siblings
 from gateway.policy.admission import Admission
 from gateway.policy.routing.router import Router
-from gateway.policy.tenants import Tenants
+from gateway.policy.tenants import ANONYMOUS, Limits, Tenant, Tenants
 from gateway.runtime.events import EventQueue
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
+from gateway.workers import Seat, share
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,41 @@ def config_hash(config: Config) -> str:
     return hashlib.sha256(msgspec.json.encode(config)).hexdigest()[:16]
 
 
+def _bucket_settings(lim: Limits) -> tuple[object, ...]:
+    """What an admission account is built from (priorities and weight are read per request)."""
+    return (
+        lim.requests_per_s,
+        lim.requests_burst,
+        lim.tokens_per_min,
+        lim.tokens_burst,
+        lim.max_concurrent,
+    )
+
+
+def _resolved(config: Config) -> dict[str, Tenant]:
+    if not config.tenants:
+        return {ANONYMOUS: Tenant(ANONYMOUS)}
+    return {t.name: Tenant.from_config(t) for t in config.tenants}
+
+
+def kept_tenants(old: Config, new: Config) -> set[str]:
+    """The tenants whose buckets and concurrency limit are the same in both configs on every
+    model, so that their live levels carry over a reload (keys, weight, priorities may differ)."""
+    before, after = _resolved(old), _resolved(new)
+    kept = set()
+    for name, t in after.items():
+        o = before.get(name)
+        if o is None:
+            continue
+        models = t.per_model.keys() | o.per_model.keys()
+        same = _bucket_settings(t.defaults) == _bucket_settings(o.defaults) and all(
+            _bucket_settings(t.limits(m)) == _bucket_settings(o.limits(m)) for m in models
+        )
+        if same:
+            kept.add(name)
+    return kept
+
+
 class Gateway:
     """A running gateway. Ports of None take the config's; 0 picks a free port."""
 
@@ -52,9 +89,11 @@ class Gateway:
         grpc_port: int | None = None,
         config_path: str | Path | None = None,
         worker_of: int = 1,
+        seat: Seat | None = None,
     ) -> None:
         """`worker_of` > 1: one of that many workers sharing the ports (gateway/workers.py);
-        the config given is already this worker's share."""
+        the config given is already this worker's share. `seat`: where it finds its siblings
+        (for /metrics and reloads of all)."""
         s = config.gateway
         self.worker_of = worker_of
         self.config = config
@@ -102,6 +141,17 @@ class Gateway:
                 validate=self.validate,
             )
         self.http_api = HttpApi(self.fleet, self.service, self.metrics, s, self)
+        self.siblings: Siblings | None = None
+        if seat is not None:
+            sockets = {i: seat.socket(i) for i in seat.siblings()}
+            self.siblings = Siblings(
+                seat.socket(seat.index),
+                sockets,
+                self.http_api.own_metrics,
+                self.metrics.sibling_unanswered,
+            )
+            if self.reloader is not None:
+                self.reloader.fan_out = seat.reload_all
         self.grpc_servicer = grpc_api.GatewayServicer(self.fleet, self.service, s)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
@@ -121,17 +171,15 @@ class Gateway:
                 raise ValueError(f"gateway.{name} changes only with a restart")
 
     def apply(self, new: Config, version: int, digest: str) -> None:
-        """Swap in a validated config. Live state survives: token-bucket levels of unchanged
-        tenants, queues, in-flight streams, connected sidecars."""
+        """Swap in a validated config, as read from the file: a worker applies its share.
+        Live state survives: token-bucket levels of tenants whose limits did not change, queues,
+        in-flight streams, connected sidecars."""
+        new = share(new, self.worker_of)
         s = new.gateway
         tenants = Tenants(new.tenants, new.anonymous)
         admission = Admission(new.model_limits)
         self.supervisor.reconfigure(new.routing, new.retry, new.health)  # may raise: first
-        old = self.config
-        unchanged = {t.name for t in new.tenants if t in old.tenants}
-        if not new.tenants and not old.tenants:
-            unchanged.add("anonymous")
-        admission.carry_over(self.service.admission, unchanged)
+        admission.carry_over(self.service.admission, kept_tenants(self.config, new))
         self.service.tenants = tenants
         self.service.admission = admission
         self.service.max_pending = s.max_pending_deltas
@@ -155,6 +203,8 @@ class Gateway:
         s = self.config.gateway
         self.fleet.start()
         self.scheduler.start()
+        if self.siblings is not None:
+            await self.siblings.start()
         self._runner = web.AppRunner(
             self.http_api.app(),
             handler_cancellation=True,
@@ -216,5 +266,7 @@ class Gateway:
             self._runner._shutdown_timeout = grace  # read by cleanup(); settable per stop
             stops.append(self._runner.cleanup())
         await asyncio.gather(*stops)
+        if self.siblings is not None:
+            await self.siblings.stop()
         await self.scheduler.close()
         await self.fleet.close()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
+from pathlib import Path
 
 import uvloop
 
@@ -17,7 +19,7 @@ from gateway.app import Gateway, validate_static
 from gateway.config.loader import ConfigError, load
 from gateway.config.schema import Config
 from gateway.observability.logging import setup as log_setup
-from gateway.workers import share
+from gateway.workers import Seat, share
 
 
 def _logging(level: str, json: bool) -> None:
@@ -30,13 +32,18 @@ def _run(coro: object) -> int:
 
 
 async def _gateway(
-    config: Config, path: str, http_port: int | None, grpc_port: int | None, worker_of: int
+    config: Config,
+    path: str,
+    http_port: int | None,
+    grpc_port: int | None,
+    worker_of: int,
+    seat: Seat | None = None,
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    gw = Gateway(share(config, worker_of), http_port, grpc_port, path, worker_of)
+    gw = Gateway(share(config, worker_of), http_port, grpc_port, path, worker_of, seat)
     if gw.reloader is not None:
         loop.add_signal_handler(signal.SIGHUP, gw.reloader.reload, "SIGHUP")
     await gw.start()
@@ -61,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         c.add_argument("--log-level", default="INFO")
         c.add_argument("--workers", type=int, default=1, help="gateway processes sharing the ports")
         c.add_argument("--worker-of", type=int, default=1, help=argparse.SUPPRESS)
+        c.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+        c.add_argument("--runtime-dir", help=argparse.SUPPRESS)
     sidecar_cli.add_arguments(sub.add_parser("sidecar", help="run one engine sidecar"))
     c = sub.add_parser("check-config", help="validate a config file")
     c.add_argument("file")
@@ -95,4 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.workers > 1:
         return _run(cluster.run_workers(config, path, args))
-    return _run(_gateway(config, path, args.http_port, args.grpc_port, args.worker_of))
+    seat = None
+    if args.runtime_dir is not None and args.worker_of > 1:
+        seat = Seat(args.worker_index, args.worker_of, Path(args.runtime_dir), os.getppid())
+    return _run(_gateway(config, path, args.http_port, args.grpc_port, args.worker_of, seat))

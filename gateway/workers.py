@@ -2,18 +2,30 @@
 
 The kernel spreads new connections over the workers. Each worker is a whole gateway with its own
 links to every sidecar, so each holds `1/N` of every limit: tenants' and model pools' rates,
-bursts and concurrency, and `1/N` of each pool's slots (its share of capacity). A tenant's
-requests land on workers at random, so with few requests its effective limit can be below the
-configured one (a burst of 2 split over 2 workers is 1 each); per-worker state (buckets, queues,
-/metrics, prefix affinity) is not shared. Use it where one core is the bottleneck.
+bursts and concurrency, and `1/N` of each pool's slots (its share of capacity), also after a
+reload. A tenant's requests land on workers at random, so with few requests its effective limit
+can be below the configured one (a burst of 2 split over 2 workers is 1 each); per-worker state
+(buckets, queues, prefix affinity) is not shared. Use it where one core is the bottleneck.
+
+The parent makes a private runtime directory (mode 0700) and tells each worker its seat in it.
+A worker serves its own metrics on `worker-<i>.sock` there; the one a /metrics scrape reaches
+fetches its siblings' (`Siblings`) and answers with the merge (gateway/observability/merge.py).
+A reload reaches every worker: each watches the file, SIGHUP to the parent goes to all, and a
+worker that takes POST /admin/reload asks the parent to send SIGHUP to all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -52,6 +64,28 @@ def share(config: Config, n: int) -> Config:
     return msgspec.convert(data, Config)
 
 
+@dataclass(frozen=True, slots=True)
+class Seat:
+    """Where one worker sits: its index among `of` siblings, their runtime directory, and
+    the pid of the parent that forwards signals to them all."""
+
+    index: int
+    of: int
+    runtime_dir: Path
+    parent_pid: int
+
+    def socket(self, index: int) -> Path:
+        return self.runtime_dir / f"worker-{index}.sock"
+
+    def siblings(self) -> list[int]:
+        return [i for i in range(self.of) if i != self.index]
+
+    def reload_all(self) -> None:
+        """Ask the parent to send SIGHUP to every worker (this one finds the file loaded)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.parent_pid, signal.SIGHUP)
+
+
 class Workers:
     """Runs N `shardgate gateway --worker-of N` processes and forwards signals to them."""
 
@@ -70,10 +104,16 @@ class Workers:
         if grpc_port is not None:
             self._args += ["--grpc-port", str(grpc_port)]
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.runtime_dir: Path | None = None
 
     def start(self) -> None:
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix="shardgate-"))  # mode 0700
         cmd = [sys.executable, "-m", "gateway", "gateway", *self._args]
-        self.procs = [subprocess.Popen(cmd, preexec_fn=die_with_parent) for _ in range(self.n)]
+        cmd += ["--runtime-dir", str(self.runtime_dir)]
+        self.procs = [
+            subprocess.Popen([*cmd, "--worker-index", str(i)], preexec_fn=die_with_parent)
+            for i in range(self.n)
+        ]
 
     def signal(self, sig: signal.Signals) -> None:
         for p in self.procs:
@@ -85,3 +125,5 @@ class Workers:
 
     async def stop(self, grace_s: float) -> None:
         await procs.terminate(self.procs, grace_s)
+        if self.runtime_dir is not None:
+            shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
@@ -158,7 +159,8 @@ class HttpApi:
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    def own_metrics(self) -> bytes:
+        """This process's exposition, replica states read now."""
         now = time.monotonic()
         outliers = self._service.scheduler.supervisor.outliers
         for r in self._fleet.assembly.replicas:
@@ -166,9 +168,14 @@ class HttpApi:
         states = self._fleet.replica_states(lambda name: outliers.is_ejected(name, now))
         for address, state in states.items():
             self._metrics.set_replica_state(address, state)
-        body, content_type = self._metrics.render()
+        return self._metrics.render()[0]
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Under --workers, the totals of every worker (gateway/observability/merge.py)."""
+        siblings = self._gateway.siblings if self._gateway is not None else None
+        body = self.own_metrics() if siblings is None else await siblings.scrape()
         resp = web.Response(body=body)
-        resp.headers["Content-Type"] = content_type
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
     async def readyz(self, request: web.Request) -> web.Response:

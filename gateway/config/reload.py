@@ -21,6 +21,8 @@ from gateway.config.schema import Config
 
 log = logging.getLogger(__name__)
 
+ADMIN = "admin"  # the trigger of POST /admin/reload
+
 
 @dataclass(slots=True)
 class ReloadStatus:
@@ -53,6 +55,9 @@ class Reloader:
         self._on_failure = on_failure
         self._validate = validate
         self.status = ReloadStatus(str(self.path), 1, text_hash(text), time.time())
+        # Called after a reload asked through the admin API, so that every other process
+        # serving the same file loads it too (gateway/workers.py); None: this one only.
+        self.fan_out: Callable[[], None] | None = None
         self._stamp = self._file_stamp()
         self._task: asyncio.Task[None] | None = None
 
@@ -65,6 +70,13 @@ class Reloader:
 
     def reload(self, trigger: str) -> bool:
         """Load the file again; True when the new config is in force (or unchanged)."""
+        try:
+            return self._reload(trigger)
+        finally:
+            if trigger == ADMIN and self.fan_out is not None:
+                self.fan_out()
+
+    def _reload(self, trigger: str) -> bool:
         self._stamp = self._file_stamp()
         try:
             text = self.path.read_text()
@@ -103,8 +115,12 @@ class Reloader:
         await tasks.stop(task)
 
     async def _watch(self, interval_s: float) -> None:
+        """Supervised: a failure in one check is logged and the next check runs as usual."""
         while True:
             await asyncio.sleep(interval_s)
-            stamp = self._file_stamp()
-            if stamp is not None and stamp != self._stamp:
-                self.reload("file changed")
+            try:
+                stamp = self._file_stamp()
+                if stamp is not None and stamp != self._stamp:
+                    self.reload("file changed")
+            except Exception:
+                log.exception("config watch: checking %s failed; watching on", self.path)

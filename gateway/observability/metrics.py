@@ -141,6 +141,11 @@ class GatewayMetrics:
         self._reload_failures = Counter(
             "shardgate_config_reload_failures", "Config reloads refused.", registry=r
         )
+        self._unanswered = Counter(
+            "shardgate_worker_scrape_failures",
+            "Sibling workers that did not answer a /metrics scrape in time (--workers).",
+            registry=r,
+        )
         self._callbacks = CallbackCollector()
         r.register(self._callbacks)
         self.add_models(models)
@@ -320,6 +325,9 @@ class GatewayMetrics:
 
     def reload_failed(self) -> None:
         self._reload_failures.inc()
+
+    def sibling_unanswered(self) -> None:
+        self._unanswered.inc()
 
     # -- read at scrape time ---------------------------------------------------------------
     def register_heartbeat_age(self, callback: Callable[[], Mapping[str, float]]) -> None:

@@ -1,10 +1,12 @@
-"""Each of N workers holds 1/N of every limit."""
+"""Each of N workers holds 1/N of every limit, also after a reload."""
 
 from __future__ import annotations
 
 import pytest
 
+from gateway.app import Gateway, kept_tenants
 from gateway.config.loader import parse
+from gateway.policy.admission import Admitted
 from gateway.workers import share
 
 CONFIG = """
@@ -55,3 +57,64 @@ def test_share(
     assert (pool.requests_per_s, pool.requests_burst) == (pool_rps, pool_burst)
     assert c.model_capacity["m"] == cap
     assert t.keys == ["k"]
+
+
+LIMITED = """
+models: [m]
+tenants:
+  - name: t
+    keys: [k]
+    requests_per_s: 0.001
+    requests_burst: 4
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "kept"),
+    [
+        ("", {"t"}),
+        ("    weight: 2\n", {"t"}),  # not a bucket setting
+        ("    default_priority: 1\n    max_priority: 3\n", {"t"}),
+        ("    keys: [k, k2]\n", {"t"}),
+        ("    max_concurrent: 3\n", set()),
+        ("    tokens_per_min: 600\n", set()),
+        ("    models: {m: {requests_per_s: 0.001, requests_burst: 4}}\n", {"t"}),  # the same
+        ("    models: {m: {requests_per_s: 1}}\n", set()),
+    ],
+)
+def test_kept_tenants_compares_what_the_buckets_are_built_from(edit: str, kept: set[str]) -> None:
+    old = parse(LIMITED)
+    text = LIMITED + edit
+    if "keys:" in edit:
+        text = LIMITED.replace("    keys: [k]\n", "") + edit
+    assert kept_tenants(old, parse(text)) == kept
+
+
+def test_kept_tenants_of_open_configs_and_renames() -> None:
+    assert kept_tenants(parse("models: [m]"), parse("models: [m, n]")) == {"anonymous"}
+    renamed = parse(LIMITED.replace("name: t", "name: u"))
+    assert kept_tenants(parse(LIMITED), renamed) == set()
+    assert kept_tenants(parse("models: [m]"), parse(LIMITED)) == set()
+
+
+def _admitted(gw: Gateway, n: int, now: float) -> int:
+    tenant = gw.service.tenants.resolve("k")
+    results = [gw.service.admission.admit(tenant, "m", 1, now) for _ in range(n)]
+    return sum(isinstance(r, Admitted) for r in results)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_reload_applies_this_workers_share_and_keeps_the_buckets(workers: int) -> None:
+    """Edits that do not touch the buckets: each worker still holds 1/N of the burst, and its
+    bucket stays as drained as it was."""
+    gw = Gateway(share(parse(LIMITED), workers), worker_of=workers)
+    burst = 4 // workers
+    assert _admitted(gw, 6, now=100.0) == burst
+    edited = LIMITED + "    weight: 2\ngateway: {default_max_tokens: 8}\n"
+    gw.apply(parse(edited), 2, "ab")
+    assert gw.config.gateway.default_max_tokens == 8
+    assert gw.config.tenants[0].requests_burst == burst
+    assert _admitted(gw, 6, now=101.0) == 0
+    # A changed limit starts a fresh bucket, of this worker's share of the new burst.
+    gw.apply(parse(LIMITED.replace("requests_burst: 4", "requests_burst: 8")), 3, "abc")
+    assert _admitted(gw, 12, now=102.0) == 8 // workers
