@@ -22,6 +22,8 @@ PROFILES: dict[str, TimingProfile] = {
     "fast": TimingProfile(
         decode_base_s=0.002, decode_per_seq_s=0.00002, prefill_per_token_s=0.00001
     ),
+    # A real decode pace: one token every 10 ms, whatever the batch (the paced bench).
+    "paced-10ms": TimingProfile(decode_base_s=0.010),
     # The seeds' figures: ~45 tokens/s for one stream, prefill ~8k tokens/s.
     "llama-70b-a100-tp8": TimingProfile(
         decode_base_s=0.022,
