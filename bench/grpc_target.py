@@ -17,6 +17,7 @@ from shardgate.v1 import engine_pb2 as epb
 from shardgate.v1 import engine_pb2_grpc as epb_grpc
 from shardgate.v1 import gateway_pb2 as gpb
 from shardgate.v1 import gateway_pb2_grpc as gpb_grpc
+from shardgate.v1 import params
 
 from bench import result as kinds
 from bench.plan import RequestSpec
@@ -151,17 +152,20 @@ def check_last_delta(
     return ""
 
 
+def generation(s: Scenario, spec: RequestSpec) -> params.Generation:
+    """A bench request's engine parameters (the engine and link targets share them)."""
+    chat = s.endpoint == "chat"
+    return params.Generation(
+        request_id=f"bench-{spec.index}",
+        model=s.model,
+        sampling=params.Sampling(max_tokens=spec.max_tokens, ignore_eos=s.ignore_eos),
+        prompt=None if chat else spec.prompt,
+        messages=(params.Message("user", spec.prompt),) if chat else None,
+    )
+
+
 def engine_request(s: Scenario, spec: RequestSpec) -> epb.SubmitRequest:
-    req = epb.SubmitRequest(request_id=f"bench-{spec.index}", model=s.model)
-    req.sampling.max_tokens = spec.max_tokens
-    req.sampling.temperature = 1.0
-    req.sampling.top_p = 1.0
-    req.sampling.ignore_eos = s.ignore_eos
-    if s.endpoint == "chat":
-        req.chat.messages.add(role="user", content=spec.prompt)
-    else:
-        req.prompt = spec.prompt
-    return req
+    return epb.SubmitRequest(generation=params.encode(generation(s, spec)))
 
 
 class EngineTarget:

@@ -19,7 +19,7 @@ from shardgate.v1 import engine_pb2_grpc as epb_grpc
 from shardgate.v1 import wire
 
 from bench import result as kinds
-from bench.grpc_target import check_last_delta
+from bench.grpc_target import check_last_delta, generation
 from bench.plan import RequestSpec
 from bench.result import Result, TokenClock
 from bench.scenario import Scenario
@@ -101,14 +101,7 @@ class LinkTarget:
         s = self._scenario
         transport = await self._connect()
         key = next(self._keys)
-        msg = wire.WireSubmit(
-            key,
-            f"bench-{spec.index}",
-            s.model,
-            wire.WireSampling(spec.max_tokens, ignore_eos=s.ignore_eos),
-            prompt=spec.prompt if s.endpoint != "chat" else None,
-            messages=[("user", spec.prompt)] if s.endpoint == "chat" else None,
-        )
+        msg = wire.WireSubmit(key, generation(s, spec))
         stream = _Stream(TokenClock(time.perf_counter()))
         self._streams[key] = stream
         transport.write(wire.frame(_UP.encode(wire.Up([msg]))))

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 
-from engine_sidecar.backend import EngineRequest, Sampling
+from shardgate.v1.params import Generation, Sampling
+
+from engine_sidecar.backend import EngineRequest
 from engine_sidecar.backends.sim.config import SimConfig
 from engine_sidecar.backends.sim.core import SimCore
 
@@ -26,11 +28,13 @@ def measure(concurrency: int, rounds: int = 3) -> tuple[float, float]:
             prompt = tuple(4 + (i * 7 + j) % 300 for j in range(PROMPT_TOKENS))
             core.add(
                 EngineRequest(
-                    key=i,
-                    request_id=f"r{i}",
-                    model="sim-llama",
-                    sampling=Sampling(max_tokens=MAX_TOKENS),
-                    prompt_token_ids=prompt,
+                    i,
+                    Generation(
+                        request_id=f"r{i}",
+                        model="sim-llama",
+                        sampling=Sampling(max_tokens=MAX_TOKENS),
+                        prompt_token_ids=prompt,
+                    ),
                 )
             )
         steps = 0

@@ -14,15 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-
-class Finish(enum.IntEnum):
-    """Why a request ended; values match engine.proto's `Finish`."""
-
-    NONE = 0
-    STOP = 1
-    LENGTH = 2
-    ABORT = 3
-    ERROR = 4
+from shardgate.v1.params import Finish as Finish
+from shardgate.v1.params import Generation
+from shardgate.v1.params import Message as ChatMessage
+from shardgate.v1.params import Sampling as Sampling
 
 
 class ErrorCode(enum.IntEnum):
@@ -45,41 +40,54 @@ class RequestError(Exception):
         self.field = field
 
 
-@dataclass(frozen=True, slots=True)
-class ChatMessage:
-    role: str
-    content: str
-
-
-@dataclass(frozen=True, slots=True)
-class Sampling:
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False
-
-
-@dataclass(slots=True)
 class EngineRequest:
-    """One generation. Exactly one of prompt / messages / prompt_token_ids is set.
+    """One generation: its engine parameters as the gateway sent them, and the link-local key.
 
     `resume_token_ids` are tokens an earlier run already generated: the engine continues after
     them as if it had generated them itself (they count towards max_tokens and usage).
     """
 
-    key: int
-    request_id: str
-    model: str
-    sampling: Sampling
-    prompt: str | None = None
-    messages: tuple[ChatMessage, ...] | None = None
-    prompt_token_ids: tuple[int, ...] | None = None
-    resume_token_ids: tuple[int, ...] = ()
-    priority: int = 0
-    lora: str = ""
+    __slots__ = ("generation", "key", "resume_token_ids")
+
+    def __init__(
+        self, key: int, generation: Generation, resume_token_ids: tuple[int, ...] = ()
+    ) -> None:
+        self.key = key
+        self.generation = generation
+        self.resume_token_ids = resume_token_ids
+
+    # What backends read (the Generation's own fields, not copies).
+    @property
+    def request_id(self) -> str:
+        return self.generation.request_id
+
+    @property
+    def model(self) -> str:
+        return self.generation.model
+
+    @property
+    def sampling(self) -> Sampling:
+        return self.generation.sampling
+
+    @property
+    def prompt(self) -> str | None:
+        return self.generation.prompt
+
+    @property
+    def messages(self) -> tuple[ChatMessage, ...] | None:
+        return self.generation.messages
+
+    @property
+    def prompt_token_ids(self) -> tuple[int, ...] | None:
+        return self.generation.prompt_token_ids
+
+    @property
+    def priority(self) -> int:
+        return self.generation.priority
+
+    @property
+    def lora(self) -> str:
+        return self.generation.lora
 
 
 @dataclass(slots=True)

@@ -2,76 +2,31 @@
 
 from __future__ import annotations
 
+import msgspec
 from shardgate.v1 import engine_pb2 as pb
-from shardgate.v1 import wire
+from shardgate.v1 import params, wire
 
 from engine_sidecar.backend import (
     BackendInfo,
-    ChatMessage,
     EngineDelta,
     EngineRequest,
+    ErrorCode,
     LoadSnapshot,
-    Sampling,
+    RequestError,
 )
 
 
 def to_request(msg: pb.SubmitRequest, key: int) -> EngineRequest:
-    s = msg.sampling
-    which = msg.WhichOneof("input")
-    return EngineRequest(
-        key=key,
-        request_id=msg.request_id,
-        model=msg.model,
-        sampling=Sampling(
-            max_tokens=s.max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p if s.top_p > 0 else 1.0,
-            top_k=s.top_k,
-            seed=s.seed if s.HasField("seed") else None,
-            stop=tuple(s.stop),
-            ignore_eos=s.ignore_eos,
-        ),
-        prompt=msg.prompt if which == "prompt" else None,
-        messages=(
-            tuple(ChatMessage(m.role, m.content) for m in msg.chat.messages)
-            if which == "chat"
-            else None
-        ),
-        prompt_token_ids=tuple(msg.prompt_token_ids.ids) if which == "prompt_token_ids" else None,
-        resume_token_ids=tuple(msg.resume_token_ids),
-        priority=msg.priority,
-        lora=msg.lora,
-    )
+    """Raises RequestError when its parameters do not decode (a malformed submit)."""
+    try:
+        generation = params.decode(msg.generation)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise RequestError(ErrorCode.INVALID_ARGUMENT, f"malformed request parameters: {e}") from e
+    return EngineRequest(key, generation, tuple(msg.resume_token_ids))
 
 
 def from_wire(sub: wire.WireSubmit) -> EngineRequest:
-    s = sub.sampling
-    return EngineRequest(
-        key=0,
-        request_id=sub.request_id,
-        model=sub.model,
-        sampling=Sampling(
-            max_tokens=s.max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p if s.top_p > 0 else 1.0,
-            top_k=s.top_k,
-            seed=s.seed,
-            stop=tuple(s.stop),
-            ignore_eos=s.ignore_eos,
-        ),
-        prompt=sub.prompt,
-        messages=(
-            tuple(ChatMessage(role, content) for role, content in sub.messages)
-            if sub.messages is not None
-            else None
-        ),
-        prompt_token_ids=(
-            tuple(sub.prompt_token_ids) if sub.prompt_token_ids is not None else None
-        ),
-        resume_token_ids=tuple(sub.resume_token_ids),
-        priority=sub.priority,
-        lora=sub.lora,
-    )
+    return EngineRequest(0, sub.generation, tuple(sub.resume_token_ids))
 
 
 def link_response(
@@ -138,3 +93,4 @@ def fill_info(
     m.world_size = world_size
     m.max_num_seqs = info.max_num_seqs
     m.heartbeat_interval_s = heartbeat_interval_s
+    m.protocol_version = params.PROTOCOL_VERSION

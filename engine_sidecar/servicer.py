@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
+from shardgate.v1 import params
 
 from engine_sidecar import convert
 from engine_sidecar.backend import Backend, ErrorCode, RequestError
@@ -69,6 +70,13 @@ class EngineServicer(pb_grpc.EngineServicer):
     async def Link(
         self, request_iterator: AsyncIterator[pb.LinkRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.LinkResponse]:
+        theirs = dict(context.invocation_metadata() or ()).get(params.PROTOCOL_METADATA, "1")
+        if theirs != str(params.PROTOCOL_VERSION):
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"the gateway speaks link protocol {theirs}, this sidecar "
+                f"{params.PROTOCOL_VERSION}: run the same shardgate version on both",
+            )
         session = self.link_session()
         requests = (
             ([(sub.key, convert.to_request(sub, 0)) for sub in m.submits], m.aborts)

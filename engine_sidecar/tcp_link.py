@@ -92,7 +92,15 @@ class TcpLinkServer:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
                 magic = await reader.readexactly(len(wire.MAGIC))
             if magic != wire.MAGIC:
-                log.warning("tcp link: not a shardgate link (%r); closing", magic)
+                if magic.startswith(wire.MAGIC_PREFIX):
+                    log.warning(
+                        "tcp link: the gateway speaks link protocol %d, this sidecar %d: run "
+                        "the same shardgate version on both; closing",
+                        magic[-1],
+                        wire.MAGIC[-1],
+                    )
+                else:
+                    log.warning("tcp link: not a shardgate link (%r); closing", magic)
                 return
             await self._relay(reader, writer)
         except (OSError, EOFError, TimeoutError) as e:  # bad frames end the session's reader

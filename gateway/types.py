@@ -2,52 +2,103 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-import msgspec
-
-
-class Finish(enum.IntEnum):
-    NONE = 0
-    STOP = 1
-    LENGTH = 2
-    ABORT = 3
-    ERROR = 4
-
+# Defined once, with the link's parameters; the core names them from here.
+from shardgate.v1.params import Finish as Finish
+from shardgate.v1.params import Generation
+from shardgate.v1.params import Message as Message
+from shardgate.v1.params import Sampling as Sampling
 
 FINISH_REASON = {Finish.STOP: "stop", Finish.LENGTH: "length"}
 
 
-class Message(msgspec.Struct, frozen=True, gc=False):
-    role: str
-    content: str
-
-
-class Sampling(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False
-
-
-@dataclass(slots=True)
 class GenerationRequest:
-    """A validated request, whichever API it came from. Exactly one of prompt/messages is set."""
+    """A validated request, whichever API it came from: the engine's parameters (`engine`,
+    sent to the sidecar as they are) and what only the gateway uses. Exactly one of
+    prompt/messages/prompt_token_ids is set."""
 
-    request_id: str
-    model: str
-    sampling: Sampling
-    prompt: str | None = None
-    messages: tuple[Message, ...] | None = None
-    stream: bool = False
-    include_usage: bool = False
-    priority: int | None = None
-    session_id: str = ""
-    lora: str = ""
+    __slots__ = ("_priority", "engine", "include_usage", "session_id", "stream")
+
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        sampling: Sampling,
+        prompt: str | None = None,
+        messages: tuple[Message, ...] | None = None,
+        stream: bool = False,
+        include_usage: bool = False,
+        priority: int | None = None,
+        session_id: str = "",
+        lora: str = "",
+        prompt_token_ids: tuple[int, ...] | None = None,
+    ) -> None:
+        self.engine = Generation(
+            request_id=request_id,
+            model=model,
+            sampling=sampling,
+            prompt=prompt,
+            messages=messages,
+            prompt_token_ids=prompt_token_ids,
+            priority=priority or 0,
+            lora=lora,
+        )
+        self.stream = stream
+        self.include_usage = include_usage
+        self.session_id = session_id
+        self._priority = priority  # None: the client asked for no class
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.engine, self.stream, self.include_usage, self.session_id, self._priority)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GenerationRequest):
+            return NotImplemented
+        return self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable)
+
+    def __repr__(self) -> str:
+        return f"GenerationRequest{self._key()!r}"
+
+    # The engine's parameters, read where the gateway decides (admission, routing, logs).
+    @property
+    def request_id(self) -> str:
+        return self.engine.request_id
+
+    @property
+    def model(self) -> str:
+        return self.engine.model
+
+    @model.setter
+    def model(self, model: str) -> None:  # a fallback serves it
+        self.engine.model = model
+
+    @property
+    def sampling(self) -> Sampling:
+        return self.engine.sampling
+
+    @property
+    def prompt(self) -> str | None:
+        return self.engine.prompt
+
+    @property
+    def messages(self) -> tuple[Message, ...] | None:
+        return self.engine.messages
+
+    @property
+    def lora(self) -> str:
+        return self.engine.lora
+
+    @property
+    def priority(self) -> int | None:
+        return self._priority
+
+    @priority.setter
+    def priority(self, priority: int | None) -> None:
+        self._priority = priority
+        self.engine.priority = priority or 0
 
 
 @dataclass(slots=True)

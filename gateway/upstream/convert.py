@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardgate.v1 import engine_pb2 as pb
-from shardgate.v1.wire import WireDelta, WireSampling, WireSubmit
+from shardgate.v1 import params
+from shardgate.v1.wire import WireDelta, WireSubmit
 
 from gateway.types import (
     GatewayError,
@@ -60,51 +61,13 @@ def load(m: pb.LoadReport) -> Load:
 
 
 def to_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> pb.SubmitRequest:
-    s = req.sampling
-    sampling = pb.SamplingParams(
-        max_tokens=s.max_tokens,
-        temperature=s.temperature,
-        top_p=s.top_p,
-        top_k=s.top_k,
-        stop=s.stop,
-        ignore_eos=s.ignore_eos,
+    return pb.SubmitRequest(
+        key=key, generation=params.encode(req.engine), resume_token_ids=resume
     )
-    if s.seed is not None:
-        sampling.seed = s.seed
-    msg = pb.SubmitRequest(
-        key=key,
-        request_id=req.request_id,
-        model=req.model,
-        sampling=sampling,
-        priority=req.priority or 0,
-        lora=req.lora,
-        resume_token_ids=resume,
-    )
-    if req.messages is not None:
-        msg.chat.messages.extend(
-            pb.ChatMessage(role=m.role, content=m.content) for m in req.messages
-        )
-    else:
-        msg.prompt = req.prompt or ""
-    return msg
 
 
 def to_wire_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> WireSubmit:
-    s = req.sampling
-    return WireSubmit(
-        key,
-        req.request_id,
-        req.model,
-        WireSampling(
-            s.max_tokens, s.temperature, s.top_p, s.top_k, s.seed, list(s.stop), s.ignore_eos
-        ),
-        (req.prompt or "") if req.messages is None else None,
-        [(m.role, m.content) for m in req.messages] if req.messages is not None else None,
-        None,
-        list(resume),
-        req.priority or 0,
-        req.lora,
-    )
+    return WireSubmit(key, req.engine, list(resume))
 
 
 def from_pb_delta(d: pb.Delta) -> WireDelta:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
+from shardgate.v1.params import PROTOCOL_METADATA, PROTOCOL_VERSION
 
 from gateway import tasks
 from gateway.runtime.flush import FLUSHER
@@ -18,6 +19,9 @@ from gateway.upstream import convert
 if TYPE_CHECKING:
     from gateway.upstream.link import EngineLink
 
+
+# The gateway's link protocol, which the sidecar checks before anything else.
+LINK_METADATA = ((PROTOCOL_METADATA, str(PROTOCOL_VERSION)),)
 
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
@@ -42,7 +46,7 @@ async def run(link: EngineLink) -> None:
     async with grpc.aio.insecure_channel(link.address, options=CHANNEL_OPTIONS) as channel:
         async with asyncio.timeout(s.connect_timeout_s):
             await channel.channel_ready()
-            call = pb_grpc.EngineStub(channel).Link()
+            call = pb_grpc.EngineStub(channel).Link(metadata=LINK_METADATA)
             first = await call.read()
         if first is grpc.aio.EOF or not first.HasField("info"):
             raise ConnectionError("the sidecar did not announce itself")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1.params import PROTOCOL_VERSION
 from shardgate.v1.wire import WireDelta
 
 from gateway import tasks
@@ -42,6 +43,10 @@ Outgoing = tuple[GenerationRequest, int, tuple[int, ...]]
 
 def _nothing() -> None:
     pass
+
+
+class ProtocolMismatch(ConnectionError):
+    """The sidecar speaks another version of the link: its messages would be misread."""
 
 
 class DeltaTarget(Protocol):
@@ -195,7 +200,12 @@ class EngineLink:
         return out
 
     def announced(self, info: pb.InfoReply, load: pb.LoadReport) -> None:
-        """The sidecar's first message arrived: the link is up."""
+        """The sidecar's first message arrived: the link is up (if it speaks our protocol)."""
+        if info.protocol_version != PROTOCOL_VERSION:
+            raise ProtocolMismatch(
+                f"sidecar {self.name} speaks link protocol {info.protocol_version or 1}, this "
+                f"gateway {PROTOCOL_VERSION}: run the same shardgate version on both"
+            )
         self.info = convert.endpoint_info(info)
         self.load = convert.load(load)
         self.last_heartbeat = time.monotonic()

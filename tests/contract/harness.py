@@ -17,6 +17,7 @@ from engine_sidecar.backend import (
     Finish,
     Sampling,
 )
+from tests.requests import engine_request
 
 WAIT_S = 120.0  # generous: a noisy 2-core machine runs the CPU engine slowly
 _keys = itertools.count(1_000_000)
@@ -96,7 +97,7 @@ class Harness:
             kw["messages"] = (ChatMessage("user", "Tell me about shards."),)
         kw.setdefault("request_id", "contract")
         model = kw.pop("model", self.model)
-        return EngineRequest(key=next(_keys), model=model, sampling=sampling, **kw)
+        return engine_request(next(_keys), model=model, sampling=sampling, **kw)
 
     def submit(self, **kw: Any) -> int:
         r = self.request(**kw)

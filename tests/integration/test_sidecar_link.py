@@ -14,11 +14,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
-from shardgate.v1 import wire
+from shardgate.v1 import params, wire
 
 from engine_sidecar.backends.sim import SimConfig
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.server import Sidecar
+from gateway.upstream.grpc_link import LINK_METADATA
 
 
 @pytest.fixture
@@ -39,18 +40,7 @@ async def stub(sidecar: Sidecar) -> AsyncIterator[pb_grpc.EngineStub]:
 
 
 def wire_submit(m: pb.SubmitRequest) -> wire.WireSubmit:
-    s = m.sampling
-    which = m.WhichOneof("input")
-    return wire.WireSubmit(
-        m.key,
-        m.request_id,
-        m.model,
-        wire.WireSampling(
-            s.max_tokens, s.temperature, s.top_p, s.top_k, None, list(s.stop), s.ignore_eos
-        ),
-        prompt=m.prompt if which == "prompt" else None,
-        messages=[(c.role, c.content) for c in m.chat.messages] if which == "chat" else None,
-    )
+    return wire.WireSubmit(m.key, params.decode(m.generation), list(m.resume_token_ids))
 
 
 class WireCall:
@@ -99,7 +89,7 @@ async def open_link(
 
     async def open_() -> Any:
         if request.param == "grpc":
-            call: Any = stub.Link()
+            call: Any = stub.Link(metadata=LINK_METADATA)
         else:
             reader, writer = await asyncio.open_connection("127.0.0.1", sidecar.link_port)
             writer.write(wire.MAGIC)
@@ -122,14 +112,16 @@ async def eventually(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
-def submit(key: int, max_tokens: int, prompt: str = "hello there") -> pb.SubmitRequest:
-    return pb.SubmitRequest(
-        key=key,
+def submit(
+    key: int, max_tokens: int, prompt: str = "hello there", model: str = "sim-llama"
+) -> pb.SubmitRequest:
+    generation = params.Generation(
         request_id=f"r{key}",
-        model="sim-llama",
+        model=model,
         prompt=prompt,
-        sampling=pb.SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+        sampling=params.Sampling(max_tokens=max_tokens, ignore_eos=True),
     )
+    return pb.SubmitRequest(key=key, generation=params.encode(generation))
 
 
 async def read_until_finished(
@@ -175,8 +167,7 @@ async def test_link_announces_then_multiplexes_one_message_per_step(
 async def test_link_reports_errors_per_request(open_link: Callable[[], Awaitable[Any]]) -> None:
     call = await open_link()
     await asyncio.wait_for(call.read(), 10)
-    bad = submit(7, 4)
-    bad.model = "nope"
+    bad = submit(7, 4, model="nope")
     await call.write(pb.LinkRequest(submits=[bad, submit(8, 0)]))
     _, by_key = await read_until_finished(call, {7, 8})
     assert by_key[7][-1].finish == pb.FINISH_ERROR
@@ -222,8 +213,7 @@ async def test_generate_and_info_and_health(stub: pb_grpc.EngineStub, sidecar: S
     info = await stub.Info(pb.InfoRequest(), timeout=5)
     assert info.backend == "sim" and info.world_size == 1 and info.rank == 0
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        bad = submit(0, 4)
-        bad.model = "nope"
+        bad = submit(0, 4, model="nope")
         async for _ in stub.Generate(bad, timeout=5):
             pass
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
@@ -239,7 +229,7 @@ async def test_graceful_stop_drains_in_flight_and_refuses_new_work() -> None:
     await s.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") as ch:
         stub = pb_grpc.EngineStub(ch)
-        call = stub.Link()
+        call = stub.Link(metadata=LINK_METADATA)
         await asyncio.wait_for(call.read(), 10)
         await call.write(pb.LinkRequest(submits=[submit(1, 200)]))
         await eventually(lambda: s.backend.load().running >= 1)
@@ -279,7 +269,7 @@ async def test_set_faults_stops_heartbeats_and_hangs_the_engine() -> None:
                 await stub.SetFaults(pb.Faults(error_rate=3.0), timeout=5)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             await stub.SetFaults(pb.Faults(stop_heartbeats=True, hang_after_tokens=10), timeout=5)
-            call = stub.Link()
+            call = stub.Link(metadata=LINK_METADATA)
             first = await asyncio.wait_for(call.read(), 10)
             assert first.HasField("info")
             await call.write(pb.LinkRequest(submits=[submit(1, 100)]))

@@ -8,11 +8,14 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import grpc
 import msgspec
 import openai
 import pytest
 from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1 import engine_pb2_grpc as pb_grpc
 from shardgate.v1 import wire
+from shardgate.v1.params import PROTOCOL_METADATA, PROTOCOL_VERSION
 
 from engine_sidecar.backends.sim import SimConfig
 from engine_sidecar.config import SidecarConfig
@@ -100,6 +103,8 @@ async def closed_by_peer(reader: asyncio.StreamReader) -> bool:
         wire.MAGIC + (1 << 31).to_bytes(4, "little"),  # a frame over the size limit
         wire.MAGIC + wire.frame(b"\xc1 not msgpack"),  # a body that does not decode
         wire.MAGIC + wire.frame(msgspec.msgpack.encode([[b"\x08"], []])),  # a submit of bad shape
+        wire.MAGIC_PREFIX + bytes([PROTOCOL_VERSION + 1]),  # a gateway of another version
+        b"SGL1",  # the first version of the link
     ],
 )
 async def test_sidecar_ends_a_connection_that_breaks_the_protocol(
@@ -123,8 +128,10 @@ async def test_sidecar_ends_a_connection_that_breaks_the_protocol(
 
 
 # -- the gateway's side ----------------------------------------------------------------------
-def announcement() -> bytes:
-    info = pb.InfoReply(sidecar_id="fake-1", backend="sim", max_num_seqs=4)
+def announcement(version: int = PROTOCOL_VERSION) -> bytes:
+    info = pb.InfoReply(
+        sidecar_id="fake-1", backend="sim", max_num_seqs=4, protocol_version=version
+    )
     info.models.add(name="sim-llama", max_model_len=4096)
     load = pb.LoadReport(seq=1, max_num_seqs=4, ready=True)
     down = wire.Down(info=info.SerializeToString(), load=load.SerializeToString())
@@ -167,6 +174,33 @@ async def test_gateway_ends_a_link_that_sends_garbage() -> None:
     error = await run_against(script)
     assert isinstance(error, ConnectionError)
     assert "bad data" in str(error)
+
+
+@pytest.mark.parametrize("version", [0, PROTOCOL_VERSION + 1])
+async def test_gateway_refuses_a_sidecar_of_another_protocol_version(version: int) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert await reader.readexactly(4) == wire.MAGIC
+        writer.write(announcement(version))
+        await asyncio.sleep(5)
+
+    error = await run_against(script)
+    assert isinstance(error, ConnectionError)
+    assert f"speaks link protocol {version or 1}, this gateway {PROTOCOL_VERSION}" in str(error)
+
+
+async def test_sidecar_refuses_a_grpc_link_of_another_protocol_version(sidecar: Sidecar) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sidecar.port}") as channel:
+        stub = pb_grpc.EngineStub(channel)
+        for metadata in ((), ((PROTOCOL_METADATA, str(PROTOCOL_VERSION + 1)),)):
+            call = stub.Link(metadata=metadata, timeout=10)
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await call.read()
+            assert e.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+            assert "link protocol" in str(e.value.details())
+        call = stub.Link(metadata=((PROTOCOL_METADATA, str(PROTOCOL_VERSION)),), timeout=10)
+        first = await call.read()  # the right version: the sidecar announces itself
+        assert first.info.protocol_version == PROTOCOL_VERSION
+        call.cancel()
 
 
 async def test_gateway_refuses_a_peer_that_does_not_announce_itself() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 from shardgate.v1 import wire
+from shardgate.v1.params import Generation, Message, Sampling
 
 BODIES = [b"", b"a", b"xyz" * 1000, bytes(range(256))]
 STREAM = b"".join(wire.frame(b) for b in BODIES)
@@ -32,8 +33,11 @@ def test_messages_round_trip_as_arrays() -> None:
     assert msgspec.msgpack.decode(body, type=wire.Down) == down
     # Positional arrays, not maps: no field names on the wire.
     assert msgspec.msgpack.decode(body)[0][0][:3] == [7, [1, 2], "ab"]
-    up = wire.Up(
-        [wire.WireSubmit(1, "r", "m", wire.WireSampling(16, seed=3), messages=[("user", "hi")])],
-        [4],
+    gen = Generation(
+        request_id="r",
+        model="m",
+        sampling=Sampling(max_tokens=16, seed=3),
+        messages=(Message("user", "hi"),),
     )
+    up = wire.Up([wire.WireSubmit(1, gen, [5])], [4])
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(up), type=wire.Up) == up

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine_sidecar.backend import ChatMessage, EngineRequest, ErrorCode, RequestError
+from shardgate.v1.params import Message as ChatMessage
+
+from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
 
 _BAD = ErrorCode.INVALID_ARGUMENT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine_sidecar.backend import ChatMessage
+from shardgate.v1.params import Message as ChatMessage
 
 
 class HfTokenizer:

@@ -12,7 +12,7 @@ import re
 import zlib
 from collections.abc import Iterable, Sequence
 
-from engine_sidecar.backend import ChatMessage
+from shardgate.v1.params import Message as ChatMessage
 
 PAD_ID = 0
 BOS_ID = 1

@@ -47,67 +47,15 @@ class Faults(_message.Message):
     stop_heartbeats: bool
     def __init__(self, crash_after_tokens: _Optional[int] = ..., hang_after_tokens: _Optional[int] = ..., slow_token_s: _Optional[float] = ..., error_rate: _Optional[float] = ..., stop_heartbeats: _Optional[bool] = ...) -> None: ...
 
-class ChatMessage(_message.Message):
-    __slots__ = ("role", "content")
-    ROLE_FIELD_NUMBER: _ClassVar[int]
-    CONTENT_FIELD_NUMBER: _ClassVar[int]
-    role: str
-    content: str
-    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
-
-class ChatMessages(_message.Message):
-    __slots__ = ("messages",)
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
-    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
-    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
-
-class TokenIds(_message.Message):
-    __slots__ = ("ids",)
-    IDS_FIELD_NUMBER: _ClassVar[int]
-    ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
-
-class SamplingParams(_message.Message):
-    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos")
-    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
-    TOP_P_FIELD_NUMBER: _ClassVar[int]
-    TOP_K_FIELD_NUMBER: _ClassVar[int]
-    SEED_FIELD_NUMBER: _ClassVar[int]
-    STOP_FIELD_NUMBER: _ClassVar[int]
-    IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int
-    seed: int
-    stop: _containers.RepeatedScalarFieldContainer[str]
-    ignore_eos: bool
-    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
-
 class SubmitRequest(_message.Message):
-    __slots__ = ("key", "request_id", "model", "prompt", "chat", "prompt_token_ids", "resume_token_ids", "sampling", "priority", "lora")
+    __slots__ = ("key", "resume_token_ids", "generation")
     KEY_FIELD_NUMBER: _ClassVar[int]
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    MODEL_FIELD_NUMBER: _ClassVar[int]
-    PROMPT_FIELD_NUMBER: _ClassVar[int]
-    CHAT_FIELD_NUMBER: _ClassVar[int]
-    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     RESUME_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
-    SAMPLING_FIELD_NUMBER: _ClassVar[int]
-    PRIORITY_FIELD_NUMBER: _ClassVar[int]
-    LORA_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     key: int
-    request_id: str
-    model: str
-    prompt: str
-    chat: ChatMessages
-    prompt_token_ids: TokenIds
     resume_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    sampling: SamplingParams
-    priority: int
-    lora: str
-    def __init__(self, key: _Optional[int] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., prompt_token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., resume_token_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., priority: _Optional[int] = ..., lora: _Optional[str] = ...) -> None: ...
+    generation: bytes
+    def __init__(self, key: _Optional[int] = ..., resume_token_ids: _Optional[_Iterable[int]] = ..., generation: _Optional[bytes] = ...) -> None: ...
 
 class LinkRequest(_message.Message):
     __slots__ = ("submits", "aborts")
@@ -178,7 +126,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoReply(_message.Message):
-    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s", "link_port")
+    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s", "link_port", "protocol_version")
     SIDECAR_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +137,7 @@ class InfoReply(_message.Message):
     LOAD_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     LINK_PORT_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     sidecar_id: str
     backend: str
     models: _containers.RepeatedCompositeFieldContainer[ModelCard]
@@ -199,7 +148,8 @@ class InfoReply(_message.Message):
     load: LoadReport
     heartbeat_interval_s: float
     link_port: int
-    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ..., link_port: _Optional[int] = ...) -> None: ...
+    protocol_version: int
+    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ..., link_port: _Optional[int] = ..., protocol_version: _Optional[int] = ...) -> None: ...
 
 class LinkResponse(_message.Message):
     __slots__ = ("deltas", "load", "info")

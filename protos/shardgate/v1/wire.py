@@ -18,7 +18,11 @@ import struct
 
 import msgspec
 
-MAGIC = b"SGL1"
+from shardgate.v1.params import PROTOCOL_VERSION, Generation
+
+# "SGL" and the link protocol's version: a sidecar refuses a gateway that speaks another.
+MAGIC_PREFIX = b"SGL"
+MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_FRAME = 64 << 20
 _LEN = struct.Struct("<I")
 
@@ -38,31 +42,12 @@ class WireDelta(msgspec.Struct, array_like=True, gc=False):
     error_field: str = ""
 
 
-class WireSampling(msgspec.Struct, array_like=True, gc=False):
-    """engine.proto `SamplingParams`."""
-
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: list[str] = []
-    ignore_eos: bool = False
-
-
 class WireSubmit(msgspec.Struct, array_like=True, gc=False):
-    """engine.proto `SubmitRequest`: exactly one of prompt / messages / prompt_token_ids."""
+    """engine.proto `SubmitRequest`: its `generation` travels as itself here."""
 
     key: int
-    request_id: str
-    model: str
-    sampling: WireSampling
-    prompt: str | None = None
-    messages: list[tuple[str, str]] | None = None  # (role, content)
-    prompt_token_ids: list[int] | None = None
+    generation: Generation
     resume_token_ids: list[int] = []
-    priority: int = 0
-    lora: str = ""
 
 
 class Down(msgspec.Struct, array_like=True, gc=False):

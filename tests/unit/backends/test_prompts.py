@@ -10,6 +10,7 @@ import pytest
 from engine_sidecar.backend import ChatMessage, EngineRequest, ErrorCode, RequestError, Sampling
 from engine_sidecar.backends.common.prompts import Limits, prepare
 from engine_sidecar.backends.common.tokenizer import HfTokenizer
+from tests.requests import engine_request
 
 
 class WordTokenizer:
@@ -38,7 +39,7 @@ def req(**kw: Any) -> EngineRequest:
     sampling = Sampling(max_tokens=kw.pop("max_tokens", 5), temperature=kw.pop("temperature", 0.0))
     if not {"prompt", "messages", "prompt_token_ids"} & kw.keys():
         kw["prompt"] = "one two three"
-    return EngineRequest(key=1, request_id="r", model=kw.pop("model", "m"), sampling=sampling, **kw)
+    return engine_request(1, request_id="r", model=kw.pop("model", "m"), sampling=sampling, **kw)
 
 
 def test_resume_appends_tokens_and_reduces_max_tokens() -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from engine_sidecar.backend import EngineDelta, EngineRequest, Finish, Sampling
 from engine_sidecar.backends.sim.config import SimConfig
 from engine_sidecar.backends.sim.core import SimCore
+from tests.requests import engine_request
 
 
 def prompt_ids(n: int, salt: int = 0) -> tuple[int, ...]:
@@ -26,8 +27,8 @@ def req(
     request_id: str | None = None,
     model: str = "sim-llama",
 ) -> EngineRequest:
-    return EngineRequest(
-        key=key,
+    return engine_request(
+        key,
         request_id=request_id if request_id is not None else f"req-{key}",
         model=model,
         sampling=Sampling(max_tokens=max_tokens, seed=seed, stop=stop, ignore_eos=ignore_eos),

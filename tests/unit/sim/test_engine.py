@@ -17,6 +17,7 @@ from engine_sidecar.backend import (
 )
 from engine_sidecar.backends.sim import SimBackend, SimConfig, SimFaults
 from engine_sidecar.backends.sim.tokenizer import VOCAB_SIZE, SimTokenizer
+from tests.requests import engine_request
 
 from ._util import prompt_ids, req
 
@@ -60,8 +61,8 @@ async def start(config: SimConfig, **kwargs: Any) -> tuple[SimBackend, Sink]:
 
 
 def chat(key: int, content: str, max_tokens: int = 16) -> EngineRequest:
-    return EngineRequest(
-        key=key,
+    return engine_request(
+        key,
         request_id=f"c{key}",
         model="sim-llama",
         sampling=Sampling(max_tokens=max_tokens),
@@ -70,8 +71,8 @@ def chat(key: int, content: str, max_tokens: int = 16) -> EngineRequest:
 
 
 def text_req(key: int, prompt: str | None, max_tokens: int = 16, **kw: Any) -> EngineRequest:
-    return EngineRequest(
-        key=key,
+    return engine_request(
+        key,
         request_id=f"t{key}",
         model=kw.pop("model", "sim-llama"),
         sampling=Sampling(max_tokens=max_tokens),
@@ -103,7 +104,9 @@ LONG_WORDS = " the" * 5000
         (chat(1, " the" * 4050, max_tokens=64), ErrorCode.INVALID_ARGUMENT, "max_tokens"),
         (text_req(1, " the" * 4000, max_tokens=97), ErrorCode.INVALID_ARGUMENT, "max_tokens"),
         (
-            EngineRequest(1, "x", "sim-llama", Sampling(8), messages=()),
+            engine_request(
+                1, request_id="x", model="sim-llama", sampling=Sampling(max_tokens=8), messages=()
+            ),
             ErrorCode.INVALID_ARGUMENT,
             "messages",
         ),

@@ -1,0 +1,66 @@
+"""A request's engine parameters are defined once (shardgate/v1/params.py): engine.proto and the
+TCP link carry that definition, not copies of its fields, and both deliver it unchanged."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from shardgate.v1 import engine_pb2 as pb
+from shardgate.v1 import params, wire
+
+from engine_sidecar import convert as sidecar
+from engine_sidecar.backend import RequestError
+from gateway.types import GenerationRequest, Message, Sampling
+from gateway.upstream import convert as gateway
+
+REQUEST = GenerationRequest(
+    "r-1",
+    "m",
+    Sampling(max_tokens=9, temperature=0.5, top_p=0.9, top_k=4, seed=7, stop=("x",)),
+    messages=(Message("system", "be brief"), Message("user", "hi")),
+    priority=3,
+    lora="a1",
+)
+
+
+def test_engine_proto_carries_the_definition_not_its_fields() -> None:
+    fields = {f.name for f in pb.SubmitRequest.DESCRIPTOR.fields}
+    assert fields == {"key", "resume_token_ids", "generation"}
+    assert pb.SubmitRequest.DESCRIPTOR.fields_by_name["generation"].type == (
+        pb.SubmitRequest.DESCRIPTOR.fields_by_name["generation"].TYPE_BYTES
+    )
+
+
+def test_the_tcp_link_carries_the_same_message() -> None:
+    names = [f.name for f in msgspec.structs.fields(wire.WireSubmit)]
+    assert names == ["key", "generation", "resume_token_ids"]
+    assert set(names) == {f.name for f in pb.SubmitRequest.DESCRIPTOR.fields}
+    generation = msgspec.structs.fields(wire.WireSubmit)[1]
+    assert generation.type is params.Generation
+
+
+def test_the_core_request_holds_the_definition_itself() -> None:
+    assert isinstance(REQUEST.engine, params.Generation)
+    assert REQUEST.engine.priority == 3 and REQUEST.engine.model == "m"
+    REQUEST.model = "fallback"  # what the gateway changes reaches the engine's parameters
+    assert REQUEST.engine.model == "fallback"
+    REQUEST.model = "m"
+
+
+def test_both_transports_deliver_the_parameters_unchanged() -> None:
+    over_grpc = sidecar.to_request(gateway.to_submit(REQUEST, 5, (1, 2)), 0)
+    body = msgspec.msgpack.encode(wire.Up([gateway.to_wire_submit(REQUEST, 5, (1, 2))]))
+    over_tcp = sidecar.from_wire(msgspec.msgpack.decode(body, type=wire.Up).submits[0])
+    for got in (over_grpc, over_tcp):
+        assert got.generation == REQUEST.engine
+        assert got.resume_token_ids == (1, 2)
+    # Every field of the definition, each one different from its default, made it through.
+    defaults = params.Generation(request_id="", model="", sampling=Sampling(max_tokens=1))
+    for f in msgspec.structs.fields(params.Generation):
+        if f.name != "prompt" and f.name != "prompt_token_ids":
+            assert getattr(REQUEST.engine, f.name) != getattr(defaults, f.name), f.name
+
+
+def test_malformed_parameters_are_refused_by_name() -> None:
+    with pytest.raises(RequestError, match="malformed request parameters"):
+        sidecar.to_request(pb.SubmitRequest(key=1, generation=b"\x93\x01"), 0)
