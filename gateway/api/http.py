@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from aiohttp import web
 
+from gateway.api.http_errors import ClosingError
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
 from gateway.config.schema import Config, GatewaySettings
@@ -43,12 +44,15 @@ _HTTP_TYPES = {
 def error_response(err: GatewayError, request_id: str) -> web.Response:
     headers = dict(err.headers)
     headers["x-request-id"] = request_id
-    return web.Response(
+    resp = web.Response(
         status=err.status,
         body=encode.error_body(err),
         content_type="application/json",
         headers=headers,
     )
+    if isinstance(err, ClosingError):
+        resp.force_close()
+    return resp
 
 
 def redacted(config: Config) -> Any:

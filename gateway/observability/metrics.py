@@ -28,6 +28,7 @@ from gateway.observability.labels import (
     ANONYMOUS,
     OTHER,
     Outcome,
+    ProtocolError,
     RejectReason,
     ReplicaState,
     class_label,
@@ -141,6 +142,14 @@ class GatewayMetrics:
         self._reload_failures = Counter(
             "shardgate_config_reload_failures", "Config reloads refused.", registry=r
         )
+        self._protocol_errors = Counter(
+            "shardgate_http_protocol_errors",
+            "HTTP connections refused or cut for bad or slow input, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ProtocolError:
+            self._protocol_errors.labels(kind.value)
         self._callbacks = CallbackCollector()
         r.register(self._callbacks)
         self.add_models(models)
@@ -320,6 +329,10 @@ class GatewayMetrics:
 
     def reload_failed(self) -> None:
         self._reload_failures.inc()
+
+    def protocol_error(self, kind: ProtocolError) -> None:
+        """A request refused by the HTTP edge itself (bad framing, oversized head, timeout)."""
+        self._protocol_errors.labels(kind.value).inc()
 
     # -- read at scrape time ---------------------------------------------------------------
     def register_heartbeat_age(self, callback: Callable[[], Mapping[str, float]]) -> None:
