@@ -17,8 +17,8 @@ __all__ = ["read_body"]
 
 async def read_body(request: web.Request, max_bytes: int, gap_s: float) -> bytes:
     """The whole body. Raises `PayloadTooLarge` past `max_bytes`; `BodyTimeout` when no byte of
-    it arrives for `gap_s`; `BrokenBody` when its framing breaks. After either of the last two
-    the connection closes once the error is answered."""
+    it arrives for `gap_s`; `BrokenBody` when its framing or encoding breaks. After either of
+    the last two the connection closes once the error is answered."""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise PayloadTooLarge(f"Request body is {length} bytes; the limit is {max_bytes}.")
@@ -44,7 +44,7 @@ async def read_body(request: web.Request, max_bytes: int, gap_s: float) -> bytes
         raise BodyTimeout(f"The request body stopped arriving for {gap_s:g} s.") from None
     except RequestPayloadError as e:
         _cut(request, ProtocolError.BAD_BODY, detail(e))
-        raise BrokenBody(f"The request body is not valid HTTP framing: {detail(e)}.") from None
+        raise BrokenBody(f"The request body cannot be read: {detail(e)}.") from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

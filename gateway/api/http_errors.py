@@ -59,11 +59,14 @@ class BodyTimeout(ClosingError):
 
 
 class BrokenBody(BadProtocol):
-    """The body's framing (chunked encoding, Content-Length) broke while it was read."""
+    """The body broke while it was read (its chunked framing, or its Content-Encoding)."""
 
 
 def detail(exc: BaseException) -> str:
     """The first line of the parser's message, short (it may quote what the client sent)."""
+    cause = exc.__cause__  # aiohttp wraps a body's parser error in a RequestPayloadError
+    if not isinstance(exc, HttpProcessingError) and isinstance(cause, HttpProcessingError):
+        exc = cause
     text = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
     line = text.split("\n", 1)[0].rstrip(":. ")
     return line if len(line) <= _DETAIL_CHARS else line[:_DETAIL_CHARS] + "..."

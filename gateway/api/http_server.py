@@ -8,7 +8,8 @@ protocol error as an ERROR with a traceback. `EdgeProtocol` adds:
   of a later request arrives, disarmed when the parser has the whole head: a client that
   trickles its head gets 408 and is closed;
 - protocol errors (bad request line or headers, oversized heads, head and body timeouts)
-  answered as OpenAI-style JSON (431 for oversized heads), counted in
+  answered as OpenAI-style JSON (431 for oversized heads), as is any error aiohttp raises
+  past the middleware; protocol errors are counted in
   `shardgate_http_protocol_errors_total{kind}` and logged once, at INFO, on one line.
 
 `EdgeRunner` is `web.AppRunner` whose server makes `EdgeProtocol`s.
@@ -99,8 +100,7 @@ class EdgeProtocol(RequestHandler):
         parsed = self._request_count
         super().data_received(data)
         if self._request_count != parsed:
-            if self._head_timer is not None and self._request_count != self._heads:
-                self._disarm_head_timer()  # the parser has the whole head (or refused it)
+            self._disarm_head_timer()  # the parser has the whole head (or refused it)
             self._break_body_on_error()
 
     def _break_body_on_error(self) -> None:
@@ -166,6 +166,23 @@ class EdgeProtocol(RequestHandler):
         )
         resp.force_close()
         return resp
+
+    async def finish_response(
+        self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        """An aiohttp error raised where no middleware sees it (an unknown Expect, answered
+        before routing) leaves as OpenAI-style JSON like every other error."""
+        if isinstance(resp, web.HTTPException) and resp.status >= 400:
+            err = GatewayError(resp.text or resp.reason)
+            err.status = resp.status
+            err.type = "invalid_request_error"
+            json_resp = web.Response(
+                status=err.status, body=encode.error_body(err), content_type="application/json"
+            )
+            if not resp.keep_alive:
+                json_resp.force_close()
+            resp = json_resp
+        return await super().finish_response(request, resp, start_time)
 
 
 class _EdgeServer(web.Server):

@@ -328,3 +328,30 @@ async def test_deeply_nested_json_is_400(edge: Cluster, opener: bytes) -> None:
     err = reply.error()
     assert err["type"] == "invalid_request_error"
     assert "too deeply" in err["message"]
+
+
+async def test_body_that_does_not_decode_is_400(edge: Cluster) -> None:
+    before = protocol_errors(edge, "bad_body")
+    reply = await request(
+        edge,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: edge\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(CHAT) + CHAT,
+    )
+    assert reply.status == 400
+    err = reply.error()
+    assert err["type"] == "invalid_request_error"
+    assert "gzip" in err["message"]
+    assert protocol_errors(edge, "bad_body") == before + 1
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/no/such/route"])
+async def test_unknown_expectation_is_417_as_json(edge: Cluster, path: str) -> None:
+    """aiohttp answers Expect before any middleware runs; the answer is JSON all the same."""
+    reply = await request(
+        edge,
+        b"POST %s HTTP/1.1\r\nHost: edge\r\nExpect: teapot\r\nContent-Length: %d\r\n\r\n"
+        % (path.encode(), len(CHAT))
+        + CHAT,
+    )
+    assert reply.status == 417
+    assert reply.error()["type"] == "invalid_request_error"

@@ -13,6 +13,7 @@ from aiohttp.http_exceptions import (
     LineTooLong,
     TransferEncodingError,
 )
+from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.api.http_errors import ClosingError, detail, refusal
 from gateway.api.http_server import raw_response
@@ -68,3 +69,13 @@ def test_raw_response_is_a_closing_http_response_with_a_json_body() -> None:
     assert b"Connection: close" in lines
     assert f"Content-Length: {len(body)}".encode() in lines
     assert body.startswith(b'{"error":')
+
+
+def test_detail_of_a_wrapped_body_error_is_the_parser_s() -> None:
+    try:
+        try:
+            raise BadHttpMessage("Can not decode content-encoding: gzip")
+        except BadHttpMessage as e:
+            raise RequestPayloadError(str(e)) from e
+    except RequestPayloadError as wrapped:
+        assert detail(wrapped) == "Can not decode content-encoding: gzip"
