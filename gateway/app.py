@@ -16,6 +16,7 @@ from shardgate.v1 import gateway_pb2_grpc
 
 from gateway.api import grpc_api
 from gateway.api.http import HttpApi
+from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
 from gateway.config.reload import Reloader
 from gateway.config.schema import Config
 from gateway.observability.metrics import GatewayMetrics
@@ -155,7 +156,7 @@ class Gateway:
         self.grpc_servicer = grpc_api.GatewayServicer(self.fleet, self.service, s)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
-        self._runner: web.AppRunner | None = None
+        self._runner: EdgeRunner | None = None
         self._grpc: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self.http_port = 0
@@ -166,7 +167,7 @@ class Gateway:
         """What a running gateway cannot take without a restart, and what only building shows."""
         validate_static(new)
         old = self.config.gateway
-        for name in ("http", "grpc", "max_body_bytes"):
+        for name in ("http", "grpc", "max_body_bytes", *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
                 raise ValueError(f"gateway.{name} changes only with a restart")
 
@@ -205,11 +206,16 @@ class Gateway:
         self.scheduler.start()
         if self.siblings is not None:
             await self.siblings.start()
-        self._runner = web.AppRunner(
+        self._runner = EdgeRunner(
             self.http_api.app(),
+            Edge(s.client_header_timeout_s, self.metrics.protocol_error),
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=s.drain_timeout_s,
+            keepalive_timeout=s.keepalive_timeout_s,
+            max_line_size=s.max_request_line_bytes,
+            max_field_size=s.max_header_field_bytes,
+            max_headers=s.max_headers,
         )
         await self._runner.setup()
         reuse = self.worker_of > 1

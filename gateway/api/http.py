@@ -13,6 +13,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.api.http_errors import ClosingError
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
 from gateway.config.schema import Config, GatewaySettings
@@ -44,12 +45,15 @@ _HTTP_TYPES = {
 def error_response(err: GatewayError, request_id: str) -> web.Response:
     headers = dict(err.headers)
     headers["x-request-id"] = request_id
-    return web.Response(
+    resp = web.Response(
         status=err.status,
         body=encode.error_body(err),
         content_type="application/json",
         headers=headers,
     )
+    if isinstance(err, ClosingError):
+        resp.force_close()
+    return resp
 
 
 def redacted(config: Config) -> Any:

@@ -39,6 +39,18 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     http: Listen = Listen(port=8080)
     grpc: Listen = Listen(port=50051)
     max_body_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8 << 20
+    # HTTP request heads: the longest request line and header field (name and value), and the
+    # most header fields; a request over any of them gets 431.
+    max_request_line_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8190
+    max_header_field_bytes: Annotated[int, msgspec.Meta(gt=0)] = 8190
+    max_headers: Annotated[int, msgspec.Meta(gt=0)] = 128
+    # A request's whole head must arrive within this long (from the connection's start, or
+    # from the first byte of a later request on it): else 408 and the connection is closed.
+    client_header_timeout_s: Seconds = 10.0
+    # The longest gap between two reads of a request body: else 408 and the connection is closed.
+    client_body_timeout_s: Seconds = 10.0
+    # Idle keep-alive HTTP connections are closed after this long.
+    keepalive_timeout_s: Seconds = 75.0
     default_max_tokens: Annotated[int, msgspec.Meta(gt=0)] = 256
     # Whole-request deadline and the wait for a request's first engine output.
     request_timeout_s: Seconds = 600.0

@@ -47,6 +47,17 @@ class ReplicaState(enum.IntEnum):
     EJECTED = 3
 
 
+class ProtocolError(enum.StrEnum):
+    """Why the HTTP edge refused or cut a connection before a handler could answer."""
+
+    BAD_REQUEST_LINE = "bad_request_line"  # not an HTTP request line (method, target, version)
+    BAD_HEADER = "bad_header"  # a malformed header or framing (Content-Length, chunked)
+    HEADERS_TOO_LARGE = "headers_too_large"  # a line or field over its limit, too many fields
+    BAD_BODY = "bad_body"  # the body's framing broke while it was being read
+    HEADER_TIMEOUT = "header_timeout"  # the request head did not arrive in time
+    BODY_TIMEOUT = "body_timeout"  # the body stopped arriving
+
+
 _OUTCOMES = frozenset(Outcome)
 _REASONS = {r.value: r for r in RejectReason}
 

@@ -28,6 +28,7 @@ from gateway.observability.labels import (
     ANONYMOUS,
     OTHER,
     Outcome,
+    ProtocolError,
     RejectReason,
     ReplicaState,
     class_label,
@@ -146,6 +147,14 @@ class GatewayMetrics:
             "Sibling workers that did not answer a /metrics scrape in time (--workers).",
             registry=r,
         )
+        self._protocol_errors = Counter(
+            "shardgate_http_protocol_errors",
+            "HTTP connections refused or cut for bad or slow input, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ProtocolError:
+            self._protocol_errors.labels(kind.value)
         self._callbacks = CallbackCollector()
         r.register(self._callbacks)
         self.add_models(models)
@@ -328,6 +337,10 @@ class GatewayMetrics:
 
     def sibling_unanswered(self) -> None:
         self._unanswered.inc()
+
+    def protocol_error(self, kind: ProtocolError) -> None:
+        """A request refused by the HTTP edge itself (bad framing, oversized head, timeout)."""
+        self._protocol_errors.labels(kind.value).inc()
 
     # -- read at scrape time ---------------------------------------------------------------
     def register_heartbeat_age(self, callback: Callable[[], Mapping[str, float]]) -> None:

@@ -3,8 +3,8 @@
 The bodies are those of POST /v1/chat/completions and POST /v1/completions as the official
 `openai` SDK sends them. Unknown fields are ignored (like vLLM); known fields that ask for
 something the gateway cannot do (n > 1, logprobs, echo, best_of > 1) are rejected with a 400
-naming the field. Every error is an `InvalidRequest` whose `param` is the field as OpenAI names
-it, e.g. ``"messages[0].content"``.
+naming the field, and so is a body nested too deeply for the decoder. Every error is an
+`InvalidRequest` whose `param` is the field as OpenAI names it, e.g. ``"messages[0].content"``.
 
 This is the hot path of every request: each endpoint has one cached `msgspec.json.Decoder`.
 """
@@ -186,6 +186,12 @@ def _validation_error(err: msgspec.ValidationError, expected: dict[str, str]) ->
     return InvalidRequest(f"Invalid value for '{path}': {what}.", path)
 
 
+# msgspec bounds its recursion by the interpreter's (sys.getrecursionlimit(), 1000 frames less
+# those in use): a body nested deeper fails fast. Checking it here costs nothing; a scan of every
+# body for its depth would cost as much as the whole decode.
+_TOO_DEEP: Final = "The request body nests arrays and objects too deeply."
+
+
 def _decode(decoder: msgspec.json.Decoder[_T], body: bytes, expected: dict[str, str]) -> _T:
     try:
         return decoder.decode(body)
@@ -195,6 +201,8 @@ def _decode(decoder: msgspec.json.Decoder[_T], body: bytes, expected: dict[str, 
         if not body:
             raise InvalidRequest("The request body is not valid JSON: it is empty.") from None
         raise InvalidRequest(f"The request body is not valid JSON ({err}).", None) from None
+    except RecursionError:
+        raise InvalidRequest(_TOO_DEEP, None) from None
 
 
 # --- conversion ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gateway.api.body import read_body
 from gateway.api.openai import encode
 from gateway.api.openai.direct import DirectSink
 from gateway.config.schema import GatewaySettings
@@ -94,7 +95,8 @@ class OpenAIServing:
     async def generate(
         self, request: web.Request, rid: str, decode: Decode, kind: encode.ChunkKind
     ) -> web.StreamResponse:
-        body = await request.read()
+        s = self.settings
+        body = await read_body(request, s.max_body_bytes, s.client_body_timeout_s)
         req = decode(body, rid, self.settings.default_max_tokens)
         headers = request.headers
         asked = headers.get("x-priority")

@@ -201,6 +201,38 @@ def test_malformed_json(decode: Callable[[bytes, str], GenerationRequest], body:
 
 
 @pytest.mark.parametrize("decode", [decode_chat, decode_completion])
+@pytest.mark.parametrize(
+    ("field", "opener", "leaf", "closer"),
+    [
+        ("unknown_field", b"[", b"", b"]"),
+        ("unknown_field", b'{"a":', b"1", b"}"),
+        ("prompt", b"[", b'"x"', b"]"),  # a list of Any to the decoder
+    ],
+)
+def test_too_deeply_nested_body_is_400(
+    decode: Callable[[bytes, str], GenerationRequest],
+    field: str,
+    opener: bytes,
+    leaf: bytes,
+    closer: bytes,
+) -> None:
+    n = 10_000
+    nested = opener * n + leaf + closer * n
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "%s": ' % field.encode()
+    with pytest.raises(InvalidRequest) as info:
+        decode(body + nested + b"}", "rid")
+    assert info.value.status == 400
+    assert info.value.param is None
+    assert "too deeply" in info.value.message
+
+
+def test_nesting_the_decoder_takes_is_served() -> None:
+    """Depth alone is no error: 100 levels of an unknown field decode."""
+    body = VALID_FOR_BOTH[:-1] + b', "extra": ' + b"[" * 100 + b"]" * 100 + b"}"
+    assert decode_chat(body, "rid").model == "m"
+
+
+@pytest.mark.parametrize("decode", [decode_chat, decode_completion])
 @pytest.mark.parametrize("body", [b"[]", b'"hello"', b"42", b"null", b"true", b'[{"model": "m"}]'])
 def test_body_not_an_object(decode: Callable[[bytes, str], GenerationRequest], body: bytes) -> None:
     with pytest.raises(InvalidRequest) as info:

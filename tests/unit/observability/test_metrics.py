@@ -6,6 +6,7 @@ from gateway.config.pricing import ModelPrice, Pricing, TenantBudget
 from gateway.observability import (
     GatewayMetrics,
     Outcome,
+    ProtocolError,
     RejectReason,
     ReplicaState,
 )
@@ -48,6 +49,20 @@ def test_request_done_records_counts_latencies_and_tokens() -> None:
     assert value(s, "shardgate_e2e_request_latency_seconds_sum", model="llama") == 4.0
     assert value(s, "shardgate_e2e_request_latency_seconds_bucket", model="llama", le="1.0") == 1
     assert value(s, "shardgate_e2e_request_latency_seconds_bucket", model="llama", le="+Inf") == 2
+
+
+def test_protocol_errors_count_by_kind_from_zero() -> None:
+    m = make()
+    s = scrape(m)
+    for kind in ProtocolError:
+        assert value(s, "shardgate_http_protocol_errors_total", kind=kind.value) == 0
+    m.protocol_error(ProtocolError.HEADER_TIMEOUT)
+    m.protocol_error(ProtocolError.HEADER_TIMEOUT)
+    m.protocol_error(ProtocolError.BAD_BODY)
+    s = scrape(m)
+    assert value(s, "shardgate_http_protocol_errors_total", kind="header_timeout") == 2
+    assert value(s, "shardgate_http_protocol_errors_total", kind="bad_body") == 1
+    assert value(s, "shardgate_http_protocol_errors_total", kind="body_timeout") == 0
 
 
 def test_histogram_bucket_bounds_are_inclusive_and_cumulative() -> None:
