@@ -100,6 +100,7 @@ class Fleet:
             self.links.remove(link)
             del self.by_name[link.name]
             self.monitors.pop(link.name, None)
+            self.stalls.forget(link.name)
             self.draining.append(link)
             task = asyncio.create_task(
                 self._drain(link, drain_timeout_s), name=f"drain-{link.name}"
@@ -240,11 +241,13 @@ class Fleet:
     def _judge_progress(self, now: float) -> bool:
         """Which sidecars' engines hold work and make no progress; when that changed, assemble
         again (a stalled replica breaks: its requests migrate) and report the newly stalled
-        replicas. True when it changed."""
+        replicas. True when it changed. Only sidecars whose heartbeats are current (UP) are
+        judged: a stale report's work held says nothing, and the heartbeat monitor has the others.
+        """
         stalled = set()
         for link in self.links:
             load = link.load
-            if not link.connected or load is None:
+            if not link.connected or load is None or self._states.get(link.name) is not Health.UP:
                 self.stalls.forget(link.name)
                 continue
             work = max(load.held, link.inflight)

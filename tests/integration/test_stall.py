@@ -3,6 +3,7 @@ migrate and finish whole, it is ejected, and nothing waits for the request deadl
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -99,5 +100,13 @@ def test_streams_leave_a_wedged_engine_whole_and_it_is_ejected() -> None:
         assert c.gateway.supervisor.migrations >= 1
         assert metric(c.http_url, "shardgate_ejections_total", replica=wedged_name) >= 1
         assert metric(c.http_url, "shardgate_requests_total", outcome="length") == STREAMS
+        # Its streams gone, it holds nothing: no longer stalled, routable again (ejection aside).
+        fleet = c.gateway.fleet
+        deadline = time.monotonic() + 20
+        while wedged_name in fleet.stalled or not any(
+            r.name == wedged_name and r.routable for r in fleet.pool("sim-llama")
+        ):
+            assert time.monotonic() < deadline, "the wedged sidecar stayed out"
+            time.sleep(0.02)
     finally:
         c.stop()
