@@ -56,7 +56,8 @@ bench: venv
 	done
 
 # Failover drills against configs/drill.yaml (its sidecars and gateway started and stopped by the
-# drill): kill, stop, heartbeat loss, slow, and the loss of a shard group's rank 1, under load.
+# drill): kill, stop, heartbeat loss, slow, a wedged engine, and the loss of a shard group's
+# rank 1, under load.
 # Table on stdout, report under drill/out/; non-zero exit if any request was lost or corrupted.
 .PHONY: drill
 drill: venv

@@ -21,6 +21,7 @@ EPILOG = """faults (in the order given; each is cleared and recovered from befor
   stop        SIGSTOP a standalone sidecar (a hang), then SIGCONT
   heartbeat   SetFaults stop_heartbeats: it keeps streaming without heartbeats
   slow        SetFaults slow_token_s: every engine step takes longer
+  stall       SetFaults hang_after_tokens 0: the engine wedges while heartbeats go on
   rank-kill   SIGKILL the non-zero rank of a shard group, then start it again
 
 exit status: 0 nothing lost or corrupted and every replica recovered; 1 otherwise;
@@ -29,7 +30,7 @@ exit status: 0 nothing lost or corrupted and every replica recovered; 1 otherwis
 examples:
   shardgate drill --config configs/drill.yaml --out drill/out
   shardgate drill --faults kill,heartbeat --hold 1.5 --concurrency 8
-  shardgate drill --attach --faults stop,heartbeat,slow   # a cluster started by `shardgate up`
+  shardgate drill --attach --faults stop,heartbeat,slow,stall   # a cluster from `shardgate up`
 """
 
 

@@ -17,17 +17,19 @@ class Kind(enum.StrEnum):
     STOP = "stop"  # SIGSTOP one (it hangs with its sockets open); cleared by SIGCONT
     HEARTBEAT = "heartbeat"  # SetFaults stop_heartbeats: it streams on, silently
     SLOW = "slow"  # SetFaults slow_token_s: every engine step takes longer
+    STALL = "stall"  # SetFaults hang_after_tokens 0: the engine wedges, heartbeats go on
     RANK_KILL = "rank-kill"  # SIGKILL a non-zero rank of a shard group; cleared by a restart
 
 
-ALL = (Kind.KILL, Kind.STOP, Kind.HEARTBEAT, Kind.SLOW, Kind.RANK_KILL)
-_STANDALONE = (Kind.KILL, Kind.STOP, Kind.HEARTBEAT, Kind.SLOW)
+ALL = (Kind.KILL, Kind.STOP, Kind.HEARTBEAT, Kind.SLOW, Kind.STALL, Kind.RANK_KILL)
+_STANDALONE = (Kind.KILL, Kind.STOP, Kind.HEARTBEAT, Kind.SLOW, Kind.STALL)
 
 DESCRIPTIONS = {
     Kind.KILL: "SIGKILL a standalone sidecar, then start it again",
     Kind.STOP: "SIGSTOP a standalone sidecar (a hang), then SIGCONT",
     Kind.HEARTBEAT: "stop a sidecar's heartbeats while it keeps streaming, then resume them",
     Kind.SLOW: "make a sidecar's engine steps slow, then fast again",
+    Kind.STALL: "wedge a sidecar's engine while its heartbeats go on, then unwedge it",
     Kind.RANK_KILL: "SIGKILL the non-zero rank of a shard group, then start it again",
 }
 
@@ -119,6 +121,8 @@ async def inject(fault: Fault, controls: Controls, slow_token_s: float) -> None:
             await engine.set_faults(address, FaultSettings(stop_heartbeats=True))
         case Kind.SLOW:
             await engine.set_faults(address, FaultSettings(slow_token_s=slow_token_s))
+        case Kind.STALL:
+            await engine.set_faults(address, FaultSettings(hang_after_tokens=0))
 
 
 async def clear(fault: Fault, controls: Controls) -> None:
@@ -128,5 +132,5 @@ async def clear(fault: Fault, controls: Controls) -> None:
             controls.restart(name)
         case Kind.STOP:
             controls.send(name, signal.SIGCONT)
-        case Kind.HEARTBEAT | Kind.SLOW:
+        case Kind.HEARTBEAT | Kind.SLOW | Kind.STALL:
             await engine.set_faults(address, FaultSettings())

@@ -121,6 +121,8 @@ class LoadSnapshot:
     preemptions: int = 0
     prefix_hit_rate: float = 0.0
     generated_tokens: int = 0
+    # Engine steps that advanced a request (prefill or output), monotonic; None: not known.
+    steps: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

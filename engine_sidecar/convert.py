@@ -62,7 +62,8 @@ def fill_delta(m: pb.Delta, key: int, d: EngineDelta) -> None:
         m.error_field = d.error_field
 
 
-def fill_load(m: pb.LoadReport, seq: int, s: LoadSnapshot) -> None:
+def fill_load(m: pb.LoadReport, seq: int, s: LoadSnapshot, held: int) -> None:
+    """`held`: the requests the sidecar has handed to the engine and not seen finish."""
     m.seq = seq
     m.running = s.running
     m.waiting = s.waiting
@@ -72,6 +73,9 @@ def fill_load(m: pb.LoadReport, seq: int, s: LoadSnapshot) -> None:
     m.preemptions = s.preemptions
     m.prefix_hit_rate = s.prefix_hit_rate
     m.generated_tokens = s.generated_tokens
+    if s.steps is not None:
+        m.steps = s.steps
+    m.held = held
 
 
 def fill_info(

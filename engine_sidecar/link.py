@@ -90,7 +90,7 @@ class LinkSession:
     def _report(self) -> pb.LoadReport:
         self._seq += 1
         report = pb.LoadReport()
-        convert.fill_load(report, self._seq, self._load())
+        convert.fill_load(report, self._seq, self._load(), self._hub.inflight)
         return report
 
     async def _tick(self) -> None:

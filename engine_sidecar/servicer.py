@@ -47,7 +47,7 @@ class EngineServicer(pb_grpc.EngineServicer):
             world_size=c.world_size,
             heartbeat_interval_s=c.heartbeat_interval_s,
         )
-        convert.fill_load(reply.load, 0, self._backend.load())
+        convert.fill_load(reply.load, 0, self._backend.load(), self._hub.inflight)
         reply.link_port = self.link_port
         return reply
 

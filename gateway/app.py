@@ -109,6 +109,7 @@ class Gateway:
         self.fleet = Fleet(config.sidecars, s.link, config.health, self.events)
         self.supervisor = Supervisor(self.fleet, config.routing, config.retry, config.health)
         self.supervisor.on_ejected = self.metrics.ejected
+        self.fleet.on_stalled = self.supervisor.stalled
         self.scheduler = Scheduler(
             self.fleet,
             self.supervisor,

@@ -101,11 +101,23 @@ class HealthSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # Without a heartbeat for this many intervals: SUSPECT (avoided), then DOWN (not routable).
     suspect_after_intervals: Intervals = 2.0
     down_after_intervals: Intervals = 5.0
+    # A live sidecar whose engine holds work and advances none of it for this long is stalled:
+    # its streams migrate and it is ejected (None: engine progress is not judged). A healthy
+    # engine steps every few milliseconds to a fraction of a second (chunked prefill bounds even
+    # a long prompt's steps), and progress is read from heartbeats (0.5 s apart by default):
+    # 10 s is far above both, and a small part of a long generation's deadline.
+    stall_timeout_s: Seconds | None = 10.0
     ejection: EjectionSettings = EjectionSettings()
 
     def __post_init__(self) -> None:
         if self.down_after_intervals <= self.suspect_after_intervals:
             raise ValueError("down_after_intervals must be above suspect_after_intervals")
+        interval = self.heartbeat_interval_s
+        stall = self.stall_timeout_s
+        if stall is not None and interval is not None and stall <= 2 * interval:
+            raise ValueError(
+                "stall_timeout_s must be above two heartbeat intervals (progress comes with them)"
+            )
 
 
 class RetrySettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -8,6 +8,8 @@ failing stays out longer and longer, and one that recovered is soon forgiven. A 
 the consecutive count; so does a detection, ejected or not (Envoy resets after a detection, so a
 detection refused by the cap needs a fresh run of failures). Outcomes reported while ejected
 (requests that were already running) are ignored. An ejection ends exactly at its time.
+Another detector may eject a replica at once (`eject`: its engine stalled), with the same
+multiplier and cap, as if its run of failures had just completed.
 
 The cap (Envoy >= 1.31): a replica is ejected only if, with it, at most `max_ejection_percent`
 of its pool is ejected: 100 x (ejected + 1) / pool size <= max_ejection_percent; with
@@ -77,6 +79,28 @@ class OutlierDetector:
         r.consecutive += 1
         if r.consecutive < s.consecutive_failures:
             return None
+        return self._detected(name, r, now, pool)
+
+    def eject(self, name: str, now: float, pool: Collection[str]) -> float | None:
+        """A detection from elsewhere (the replica's engine stalled): eject it now, as a
+        completed run of failures would. Returns the ejection's end, or None (already ejected,
+        ejection off, or refused by the cap)."""
+        r = self._replicas.get(name)
+        if r is None:
+            r = self._replicas[name] = _Replica()
+        self._release_if_due(name, r, now)
+        if r.until > now or not self.settings.enabled:
+            return None
+        return self._detected(name, r, now, pool)
+
+    def forget(self, name: str) -> None:
+        """The replica left the fleet."""
+        self._replicas.pop(name, None)
+        self._active.pop(name, None)
+
+    # -- internals --------------------------------------------------------------------------
+    def _detected(self, name: str, r: _Replica, now: float, pool: Collection[str]) -> float | None:
+        s = self.settings
         r.consecutive = 0
         if not self._cap_allows(name, now, pool):
             return None
@@ -91,12 +115,6 @@ class OutlierDetector:
         self._soonest = min(self._soonest, r.until)
         return r.until
 
-    def forget(self, name: str) -> None:
-        """The replica left the fleet."""
-        self._replicas.pop(name, None)
-        self._active.pop(name, None)
-
-    # -- internals --------------------------------------------------------------------------
     def _release_if_due(self, name: str, r: _Replica, now: float) -> None:
         if r.until and r.until <= now:
             r.released_at = r.until

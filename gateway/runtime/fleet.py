@@ -4,6 +4,8 @@ Each link reports connect, heartbeat (load report) and loss. Heartbeats feed a m
 sidecar (UP, SUSPECT after missed intervals, DOWN); on any change of who is up, the replicas are
 assembled again from the announcements (a shard group is one replica, routable only while every
 rank is alive), and a replica that broke has its in-flight requests evacuated: they migrate.
+A live sidecar whose engine holds work and makes no progress (policy/progress.py) counts as a
+DOWN rank while it lasts, and is reported to `on_stalled` (the supervisor ejects it).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from gateway.config.routing import HealthSettings
 from gateway.config.schema import LinkSettings, SidecarEndpoint
 from gateway.observability.labels import ReplicaState
 from gateway.policy.health import Health, HeartbeatMonitor, heartbeat_interval_s
+from gateway.policy.progress import StallDetector
 from gateway.policy.routing.replicas import Assembly, assemble, broken_since
 from gateway.policy.routing.snapshot import EndpointSnapshot, Replica
 from gateway.runtime.events import EventQueue, LinkBeat, LinkDown, LinkUp
@@ -51,6 +54,9 @@ class Fleet:
         # Every model announced so far -> its max_model_len (kept while its replicas are down).
         self.seen_models: dict[str, int] = {}
         self.on_change: Callable[[], None] | None = None  # capacity may have changed
+        self.stalls = StallDetector(self.health.stall_timeout_s)
+        self.stalled: frozenset[str] = frozenset()  # sidecars whose engine stalled
+        self.on_stalled: Callable[[str], None] | None = None  # a replica's engine stalled
         self._states: dict[str, Health] = {}
         self._task: asyncio.Task[None] | None = None
         self._drains: set[asyncio.Task[None]] = set()
@@ -87,6 +93,7 @@ class Fleet:
         """A config reload: connect new sidecars; drain removed ones (no new requests; in-flight
         ones finish, or migrate once `drain_timeout_s` has passed)."""
         self.health = health
+        self.stalls.timeout_s = health.stall_timeout_s
         wanted = {e.name: e for e in endpoints}
         for link in list(self.links):
             e = wanted.get(link.name)
@@ -96,6 +103,7 @@ class Fleet:
             self.links.remove(link)
             del self.by_name[link.name]
             self.monitors.pop(link.name, None)
+            self.stalls.forget(link.name)
             self.draining.append(link)
             task = asyncio.create_task(
                 self._drain(link, drain_timeout_s), name=f"drain-{link.name}"
@@ -193,7 +201,13 @@ class Fleet:
             states[link.name] = health
             snapshots.append(
                 EndpointSnapshot(
-                    link.name, link.address, link.info, link.load, health, link.inflight
+                    link.name,
+                    link.address,
+                    link.info,
+                    link.load,
+                    health,
+                    link.inflight,
+                    link.name in self.stalled,
                 )
             )
         old, self.assembly = self.assembly, assemble(snapshots)
@@ -204,7 +218,8 @@ class Fleet:
             head = self.by_name.get(replica.head)
             if head is not None and head.streams:
                 log.warning("replica %s broke: moving %d requests", replica.name, head.inflight)
-                self.evacuate(head, f"replica {replica.name} lost a rank or its heartbeat")
+                why = "stalled" if head.name in self.stalled else "lost a rank or its heartbeat"
+                self.evacuate(head, f"replica {replica.name} {why}")
         if self.on_change is not None:
             self.on_change()
 
@@ -236,7 +251,10 @@ class Fleet:
         if lag > _TICK_S:
             for stalled in self.monitors.values():
                 stalled.forgive(lag)
+            self.stalls.forgive(lag)
         self._note_activity()
+        if self._judge_progress(now):
+            return
         for link in self.links:
             monitor = self.monitors.get(link.name)
             if monitor is None or not link.connected:
@@ -244,6 +262,39 @@ class Fleet:
             if monitor.state(now) is not self._states.get(link.name):
                 self.refresh()
                 break
+
+    def _judge_progress(self, now: float) -> bool:
+        """Which sidecars' engines hold work and make no progress; when that changed, assemble
+        again (a stalled replica breaks: its requests migrate) and report the newly stalled
+        replicas. True when it changed. Only sidecars whose heartbeats are current (UP) are
+        judged: a stale report's work held says nothing, and the heartbeat monitor has the others.
+        """
+        stalled = set()
+        for link in self.links:
+            load = link.load
+            if not link.connected or load is None or self._states.get(link.name) is not Health.UP:
+                self.stalls.forget(link.name)
+                continue
+            work = max(load.held, link.inflight)
+            if self.stalls.observe(link.name, now, load.steps, work, link.last_activity):
+                stalled.add(link.name)
+        if stalled == self.stalled:
+            return False
+        new = stalled - self.stalled
+        for name in new:
+            log.warning(
+                "sidecar %s: its engine holds work and made no progress for %g s",
+                name,
+                self.stalls.timeout_s,
+            )
+        self.stalled = frozenset(stalled)
+        self.refresh()
+        names = {r.head: r.name for r in self.assembly.replicas}
+        for name in new:
+            replica = names.get(name)
+            if replica is not None and self.on_stalled is not None:
+                self.on_stalled(replica)
+        return True
 
     # -- what routing and the scheduler read ---------------------------------------------------
     def pool(self, model: str) -> tuple[Replica, ...]:
@@ -290,7 +341,7 @@ class Fleet:
             replica = names.get(link.name)
             if replica is not None and ejected(replica):
                 out[link.address] = ReplicaState.EJECTED
-            elif health is Health.DOWN:
+            elif health is Health.DOWN or link.name in self.stalled:
                 out[link.address] = ReplicaState.DOWN
             elif health is Health.SUSPECT:
                 out[link.address] = ReplicaState.SUSPECT

@@ -83,6 +83,16 @@ class Supervisor:
         if job.replica:
             self.outliers.success(job.replica, self._clock())
 
+    def stalled(self, replica: str) -> None:
+        """The replica's engine holds work and makes no progress (the fleet saw it): eject it
+        now; its requests are already migrating."""
+        pools = self._fleet.assembly.pool_names.values()
+        pool = frozenset().union(*(names for names in pools if replica in names))
+        if self.outliers.eject(replica, self._clock(), pool) is not None:
+            log.warning("replica %s ejected: its engine stalled", replica)
+            if self.on_ejected is not None:
+                self.on_ejected(replica)
+
     def recover(self, job: Job, error: GatewayError) -> Recovery:
         """What to do with a job whose attempt failed: move it (a retry before its first
         token, a migration after), or end it. Counts the failure against its replica."""

@@ -40,6 +40,8 @@ class Load:
     kv_usage: float
     max_num_seqs: int
     ready: bool
+    steps: int | None = None  # engine progress (None: the sidecar does not report it)
+    held: int = 0  # requests the engine holds, every gateway's
 
 
 def endpoint_info(m: pb.InfoReply) -> EndpointInfo:
@@ -57,7 +59,8 @@ def endpoint_info(m: pb.InfoReply) -> EndpointInfo:
 
 
 def load(m: pb.LoadReport) -> Load:
-    return Load(m.seq, m.running, m.waiting, m.kv_usage, m.max_num_seqs, m.ready)
+    steps = m.steps if m.HasField("steps") else None
+    return Load(m.seq, m.running, m.waiting, m.kv_usage, m.max_num_seqs, m.ready, steps, m.held)
 
 
 def to_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> pb.SubmitRequest:

@@ -157,6 +157,10 @@ async def test_load_reports_running_requests(harness: Harness) -> None:
     assert snap.ready
     assert snap.max_num_seqs == backend.info().max_num_seqs
     assert 0.0 <= snap.kv_usage <= 1.0
+    # Engine progress: a step count that moves while the engine works.
+    before = snap.steps
+    assert before is not None
+    await eventually(lambda: (backend.load().steps or 0) > before)
     backend.abort(key)
     await harness.run(max_tokens=2)
     await eventually(lambda: backend.load().running == 0)

@@ -1,5 +1,5 @@
-"""`shardgate drill` end to end: a short drill (kill + heartbeat stop) on a small local cluster of
-its own, on free ports, run as a user runs it."""
+"""`shardgate drill` end to end: a short drill (kill, heartbeat stop, a wedged engine) on a small
+local cluster of its own, on free ports, run as a user runs it."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ def write_config(path: Path) -> None:
         "health:\n"
         "  suspect_after_intervals: 3\n"
         "  down_after_intervals: 6\n"
+        "  stall_timeout_s: 0.6\n"
         "  ejection: {base_ejection_time_s: 1, max_ejection_time_s: 5}\n"
         "sidecars:\n"
         f"  - name: sim-a\n    address: 127.0.0.1:{free_port()}\n{sidecar}"
@@ -56,7 +57,7 @@ def drill(config: Path, out: Path) -> subprocess.CompletedProcess[str]:
         "--config",
         str(config),
         "--faults",
-        "kill,heartbeat",
+        "kill,heartbeat,stall",
         "--concurrency",
         "8",
         "--requests",
@@ -97,6 +98,7 @@ def test_a_short_drill_loses_nothing_and_reports(tmp_path: Path) -> None:
     assert [(f["kind"], f["target"]) for f in report["faults"]] == [
         ("kill", "sim-a"),
         ("heartbeat", "sim-b"),
+        ("stall", "sim-a"),
     ]
     for f in report["faults"]:
         assert f["sent"] > 0
@@ -108,12 +110,17 @@ def test_a_short_drill_loses_nothing_and_reports(tmp_path: Path) -> None:
         assert set(f["duration_s"]) == {"p50", "p90", "max"}
         states = [s for _, [s], _ in f["timeline"]]
         assert states[0] == 2 and states[-1] == 2  # UP before the fault and after it
-        assert min(states) < 2
-    kill, heartbeat = report["faults"]
+        assert any(s != 2 for s in states)
+    kill, heartbeat, stall = report["faults"]
     assert kill["takeout_s"] is not None  # the link closed: DOWN
     assert 0 in [s for _, [s], _ in kill["timeline"]]
     # A sidecar that streams without heartbeats is SUSPECT (no new work), not necessarily DOWN.
     assert 1 in [s for _, [s], _ in heartbeat["timeline"]]
+    # A wedged engine that still sends heartbeats is taken out (ejected: 3, or DOWN: 0), and its
+    # streams migrate.
+    assert stall["takeout_s"] is not None
+    assert {0, 3} & {s for _, [s], _ in stall["timeline"]}
+    assert stall["migrated"] > 0 and stall["ejections"] >= 1
     totals = report["totals"]
     assert totals["migrated"] > 0
     assert (totals["lost"], totals["corrupted"]) == (0, 0)

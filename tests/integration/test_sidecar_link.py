@@ -17,6 +17,8 @@ from shardgate.v1 import engine_pb2_grpc as pb_grpc
 from shardgate.v1 import params, wire
 
 from engine_sidecar.backends.sim import SimConfig
+from engine_sidecar.backends.sim.config import SimFaults
+from engine_sidecar.backends.sim.engine import SimBackend
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.server import Sidecar
 from gateway.upstream.grpc_link import LINK_METADATA
@@ -187,6 +189,43 @@ async def test_heartbeats_flow_while_idle(open_link: Callable[[], Awaitable[Any]
             if msg.HasField("load"):
                 seqs.append(msg.load.seq)
     assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    call.cancel()
+
+
+async def test_load_reports_carry_engine_progress_and_the_work_held(
+    open_link: Callable[[], Awaitable[Any]], sidecar: Sidecar
+) -> None:
+    call = await open_link()
+    first = await asyncio.wait_for(call.read(), 10)
+    assert first.load.HasField("steps") and first.load.held == 0
+    start = first.load.steps
+    backend = sidecar.backend
+    assert isinstance(backend, SimBackend)
+    backend.set_faults(SimFaults(hang_after_tokens=first.load.generated_tokens + 10))
+    await call.write(pb.LinkRequest(submits=[submit(1, 100)]))
+    tokens = 0
+    async with asyncio.timeout(10):
+        while tokens < 10:
+            msg = await call.read()
+            tokens += sum(len(d.token_ids) for d in msg.deltas)
+    # Hung, heartbeats going on: the request is held and the progress counter stands still.
+    loads: list[pb.LoadReport] = []
+    async with asyncio.timeout(10):
+        while len(loads) < 4:
+            msg = await call.read()
+            assert not msg.deltas
+            if msg.HasField("load"):
+                loads.append(msg.load)
+    assert {(m.held, m.running) for m in loads} == {(1, 1)}
+    assert len({m.steps for m in loads}) == 1
+    assert loads[0].steps >= start + 10  # a step per token at least
+    backend.set_faults(SimFaults())  # unhung: it advances again, then holds nothing
+    async with asyncio.timeout(10):
+        while True:
+            msg = await call.read()
+            if msg.HasField("load") and msg.load.held == 0:
+                break
+    assert msg.load.steps >= loads[0].steps + 90
     call.cancel()
 
 

@@ -49,6 +49,7 @@ class SimCore:
         self._word_texts = self.tokenizer.word_texts
         self.preemptions = 0
         self.generated_tokens = 0
+        self.steps = 0  # steps that advanced a request (prefill or a delta): engine progress
 
     @property
     def has_work(self) -> bool:
@@ -150,6 +151,8 @@ class SimCore:
                 needy.append(seq)
             deltas.append(EngineDelta(seq.key, [tok], texts[idx]))
         self.generated_tokens += new_tokens
+        if deltas or prefill:
+            self.steps += 1
         batch = len(self._running)
         for seq in finished:
             del self._seqs[seq.key]

@@ -97,6 +97,7 @@ class SimBackend:
             preemptions=core.preemptions,
             prefix_hit_rate=core.kv.prefix_hit_rate(),
             generated_tokens=core.generated_tokens,
+            steps=core.steps,
         )
 
     def healthy(self) -> bool:

@@ -70,6 +70,9 @@ class TritonBackend:
         self._cancelled: set[asyncio.Task[None]] = set()
         self._stopped = False
         self.generated_tokens = 0
+        # Responses streamed back with outputs: Triton's engine steps, as far as KServe v2
+        # shows them (each one advanced a request).
+        self.steps = 0
 
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
@@ -157,6 +160,7 @@ class TritonBackend:
             ready=monitor is not None and monitor.ready and not self._stopped,
             prefix_hit_rate=monitor.cache_hit_rate if monitor is not None else 0.0,
             generated_tokens=self.generated_tokens,
+            steps=self.steps,
         )
 
     def healthy(self) -> bool:
@@ -173,6 +177,7 @@ class TritonBackend:
         pb.parameters["timeout"].int64_param = timeout_us
 
     def _count(self, n: int) -> None:
+        self.steps += 1
         self.generated_tokens += n
 
     async def _run(self, key: int, stream: RequestStream, pb: Any) -> None:

@@ -144,6 +144,7 @@ class VllmBackend:
             preemptions=s.preemptions,
             prefix_hit_rate=s.prefix_hit_rate,
             generated_tokens=s.generated_tokens,
+            steps=s.steps,
         )
 
     def healthy(self) -> bool:

@@ -1,7 +1,9 @@
 """Load reports from inside the engine: an in-process vLLM stat logger.
 
 vLLM calls `record` on the event loop after every engine step with the scheduler's stats; the
-logger keeps the latest figures in a LoadState that the backend's `load()` reads.
+logger keeps the latest figures in a LoadState that the backend's `load()` reads. Each call is
+one engine step's outputs (the engine core sends its stats with every step, outputs or not, and
+steps only while it holds requests): their count is the engine's progress.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ class LoadState:
     kv_usage: float = 0.0
     preemptions: int = 0
     generated_tokens: int = 0
+    steps: int = 0
     prefix_queries: int = 0
     prefix_hits: int = 0
 
@@ -39,6 +42,7 @@ class LoadLogger(StatLoggerBase):  # type: ignore[misc]
         engine_idx: int = 0,
     ) -> None:
         s = self.state
+        s.steps += 1
         if scheduler_stats is not None:
             s.running = int(scheduler_stats.num_running_reqs)
             s.waiting = int(scheduler_stats.num_waiting_reqs)

@@ -3,7 +3,8 @@
 Sidecars announcing the same non-empty `group` form one replica (tensor/pipeline parallel across
 nodes); an empty group makes a one-sidecar replica (its rank and world size are not looked at).
 Only rank 0 takes requests: the replica's address is rank 0's. A group is whole while every rank
-0..world_size-1 is present and not DOWN; only a whole, ready replica is routable. A group whose
+0..world_size-1 is present, not DOWN and not stalled (its engine holds work and makes no
+progress); only a whole, ready replica is routable. A group whose
 rank 0 is unknown is no replica at all (nothing can be sent to it); its sidecars are `stray`.
 """
 
@@ -81,7 +82,7 @@ def broken_since(previous: Assembly, current: Assembly) -> list[Replica]:
 
 def _standalone(e: EndpointSnapshot) -> Replica:
     info = _info(e)
-    alive = e.health is not Health.DOWN
+    alive = e.health is not Health.DOWN and not e.stalled
     return _replica(e.name, e, info, (e,), 1, () if alive else (0,), e.health)
 
 
@@ -110,7 +111,11 @@ def _group(name: str, members: list[EndpointSnapshot], stray: list[str]) -> Repl
         else:
             stray.append(e.name)
     present = tuple(ranks[r] for r in sorted(ranks))
-    missing = tuple(r for r in range(world) if r not in ranks or ranks[r].health is Health.DOWN)
+    missing = tuple(
+        r
+        for r in range(world)
+        if r not in ranks or ranks[r].health is Health.DOWN or ranks[r].stalled
+    )
     worst = max(e.health for e in present)
     return _replica(name, head, _info(head), present, world, missing, worst)
 

@@ -53,6 +53,9 @@ class EndpointSnapshot:
     load: LoadReport | None  # the last load report (None: none yet)
     health: Health
     inflight: int = 0  # this gateway's requests on this sidecar now
+    # Its engine holds work and advanced none of it for a while (`progress.StallDetector`):
+    # counted as a DOWN rank, live as it is.
+    stalled: bool = False
 
 
 @dataclass(slots=True, eq=False, kw_only=True)

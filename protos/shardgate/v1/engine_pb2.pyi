@@ -90,7 +90,7 @@ class Delta(_message.Message):
     def __init__(self, key: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish: _Optional[_Union[Finish, str]] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., error_field: _Optional[str] = ...) -> None: ...
 
 class LoadReport(_message.Message):
-    __slots__ = ("seq", "running", "waiting", "kv_usage", "max_num_seqs", "ready", "preemptions", "prefix_hit_rate", "generated_tokens")
+    __slots__ = ("seq", "running", "waiting", "kv_usage", "max_num_seqs", "ready", "preemptions", "prefix_hit_rate", "generated_tokens", "steps", "held")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,8 @@ class LoadReport(_message.Message):
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     PREFIX_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     seq: int
     running: int
     waiting: int
@@ -109,7 +111,9 @@ class LoadReport(_message.Message):
     preemptions: int
     prefix_hit_rate: float
     generated_tokens: int
-    def __init__(self, seq: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., ready: _Optional[bool] = ..., preemptions: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., generated_tokens: _Optional[int] = ...) -> None: ...
+    steps: int
+    held: int
+    def __init__(self, seq: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., ready: _Optional[bool] = ..., preemptions: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., held: _Optional[int] = ...) -> None: ...
 
 class ModelCard(_message.Message):
     __slots__ = ("name", "max_model_len", "loras")

@@ -49,6 +49,7 @@ def test_parse_kinds() -> None:
     assert parse_kinds("all") == list(ALL)
     assert parse_kinds("kill, heartbeat,") == [Kind.KILL, Kind.HEARTBEAT]
     assert parse_kinds("rank-kill") == [Kind.RANK_KILL]
+    assert parse_kinds("stall") == [Kind.STALL]
     with pytest.raises(ValueError, match="unknown fault 'boom'"):
         parse_kinds("kill,boom")
     with pytest.raises(ValueError, match="no fault"):
@@ -62,6 +63,7 @@ def test_standalone_faults_take_the_standalone_sidecars_in_turn() -> None:
         (Kind.STOP, "sim-b"),
         (Kind.HEARTBEAT, "sim-a"),
         (Kind.SLOW, "sim-b"),
+        (Kind.STALL, "sim-a"),
         (Kind.RANK_KILL, "tp-1"),
     ]
     assert skipped == []
@@ -79,6 +81,7 @@ def test_attached_drills_skip_what_needs_a_restart() -> None:
         (Kind.STOP, "sim-b"),
         (Kind.HEARTBEAT, "sim-a"),
         (Kind.SLOW, "sim-b"),
+        (Kind.STALL, "sim-a"),
     ]
     assert [s.split(":")[0] for s in skipped] == ["kill", "rank-kill"]
 
@@ -92,4 +95,4 @@ def test_stop_needs_a_process_to_signal() -> None:
 def test_a_cluster_of_one_group_only_has_rank_faults() -> None:
     faults, skipped = plan(list(ALL), SIDECARS[2:], LOCAL)
     assert [f.kind for f in faults] == [Kind.RANK_KILL]
-    assert len(skipped) == 4
+    assert len(skipped) == 5

@@ -157,3 +157,22 @@ def test_forget() -> None:
     _fail(d, "a", 0.0)
     d.forget("a")
     assert not d.is_ejected("a", 1.0) and not d.any_ejected(1.0)
+
+
+def test_eject_is_a_detection_at_once() -> None:
+    d = _detector()
+    d.failure("a", 0.0, POOL)
+    assert d.eject("a", 1.0, POOL) == 31.0
+    assert d.is_ejected("a", 30.9) and not d.is_ejected("a", 31.0)
+    assert d.eject("a", 5.0, POOL) is None  # already ejected: not extended
+    assert d.ejected_until("a", 5.0) == 31.0
+    assert _fail(d, "a", 31.0, times=2) is None  # the detection reset the count
+    assert d.eject("a", 32.0, POOL) == 92.0  # the next one lasts longer, as for failures
+
+
+def test_eject_respects_the_cap_and_the_switch() -> None:
+    d = _detector(max_ejection_percent=25.0, always_eject_one=False)
+    assert d.eject("a", 0.0, POOL) is not None
+    assert d.eject("b", 0.0, POOL) is None  # 2 of 4 would be 50%
+    off = _detector(enabled=False)
+    assert off.eject("a", 0.0, POOL) is None and not off.any_ejected(0.0)

@@ -54,6 +54,7 @@ def snap(
     models: tuple[str, ...] = ("m",),
     running: int = 0,
     inflight: int = 0,
+    stalled: bool = False,
 ) -> EndpointSnapshot:
     return EndpointSnapshot(
         name=name,
@@ -62,6 +63,7 @@ def snap(
         load=load(ready=ready, running=running) if reported else None,
         health=health,
         inflight=inflight,
+        stalled=stalled,
     )
 
 

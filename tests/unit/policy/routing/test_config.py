@@ -23,6 +23,8 @@ def test_empty_sections_are_the_defaults() -> None:
     assert r.profile.filters == DEFAULT_FILTERS and r.profile.scorers == DEFAULT_SCORERS
     h = msgspec.convert({}, HealthSettings)
     assert h.heartbeat_interval_s is None and h.ejection.enabled
+    assert h.stall_timeout_s == 10.0
+    assert msgspec.convert({"stall_timeout_s": None}, HealthSettings).stall_timeout_s is None
     assert msgspec.convert({}, RetrySettings).max_attempts == 3
 
 
@@ -59,6 +61,12 @@ def test_profile_from_yaml_shape() -> None:
         (RoutingSettings, {"prefix": {"block_chars": 0}}, "block_chars"),
         (HealthSettings, {"heartbeat_interval_s": 0}, "heartbeat_interval_s"),
         (HealthSettings, {"down_after_intervals": 2}, "down_after_intervals"),
+        (HealthSettings, {"stall_timeout_s": 0}, "stall_timeout_s"),
+        (
+            HealthSettings,
+            {"heartbeat_interval_s": 1, "stall_timeout_s": 2},
+            "stall_timeout_s",
+        ),
         (HealthSettings, {"ejection": {"max_ejection_percent": 101}}, "max_ejection_percent"),
         (
             HealthSettings,

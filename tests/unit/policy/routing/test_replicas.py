@@ -85,6 +85,18 @@ Row = tuple[str, tuple[str, ...], bool, tuple[int, ...], object, bool, bool]
             id="standalone down",
         ),
         pytest.param(
+            [snap("a", stalled=True)],
+            {"a": ("a:1", ("a",), False, (0,), UP, True, False)},
+            [],
+            id="standalone stalled: live, not whole, not routable",
+        ),
+        pytest.param(
+            [snap("n0", group="g", world=2, stalled=True), snap("n1", group="g", rank=1, world=2)],
+            {"g": ("n0:1", ("n0", "n1"), False, (0,), UP, True, False)},
+            [],
+            id="stalled rank 0: the group is not whole",
+        ),
+        pytest.param(
             [snap("n1", group="g", rank=1, world=2), snap("x", announced=False)],
             {},
             ["x", "n1"],
@@ -190,6 +202,15 @@ def test_pools_by_model() -> None:
             ],
             [],
             id="suspect is not broken",
+        ),
+        pytest.param(
+            [
+                snap("a", stalled=True),
+                snap("n0", group="g", world=2),
+                snap("n1", group="g", rank=1, world=2),
+            ],
+            ["a"],
+            id="stalled is broken",
         ),
         pytest.param(
             [snap("n0", group="g", world=2), snap("n1", group="g", rank=1, world=2)],
