@@ -9,6 +9,7 @@ its request in the engine (vLLM's generate() does so on cancellation).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from engine_sidecar.backend import (
@@ -34,6 +35,7 @@ from engine_sidecar.backends.vllm.engine import (
 from engine_sidecar.backends.vllm.errors import error_delta
 from engine_sidecar.backends.vllm.outputs import to_delta
 from engine_sidecar.backends.vllm.sampling import LoraRequests, engine_priority, sampling_params
+from engine_sidecar.backends.vllm.text import own_text
 
 log = logging.getLogger(__name__)
 
@@ -166,17 +168,24 @@ class VllmBackend:
 
         batcher, engine = self._batcher, self.engine
         assert batcher is not None and engine is not None
-        params = sampling_params(r.sampling, p.max_tokens)
+        text = own_text(engine.tokenizer, p.prompt_ids, r.resume_token_ids, r.sampling.stop)
+        params = sampling_params(r.sampling, p.max_tokens, detokenize=text is None)
         priority = engine_priority(r.priority, self.config.scheduling_policy)
+        outputs = engine.llm.generate(
+            TokensPrompt(prompt_token_ids=p.engine_ids),
+            params,
+            f"{r.request_id or 'req'}-{r.key}",
+            priority=priority,
+            lora_request=self._loras.get(r.lora),
+        )
         try:
-            async for out in engine.llm.generate(
-                TokensPrompt(prompt_token_ids=p.engine_ids),
-                params,
-                f"{r.request_id or 'req'}-{r.key}",
-                priority=priority,
-                lora_request=self._loras.get(r.lora),
-            ):
-                batcher.add(to_delta(usage, out))
+            # Closing the generator early (a stop string of our own text) aborts the request.
+            async with contextlib.aclosing(outputs):
+                async for out in outputs:
+                    delta = to_delta(usage, out, text)
+                    batcher.add(delta)
+                    if delta.finish and not out.finished:
+                        break
         except asyncio.CancelledError:
             raise
         except Exception as e:
