@@ -67,7 +67,13 @@ def make_harness(kind: str, request: pytest.FixtureRequest) -> Harness:
     if kind == "sim":
         from engine_sidecar.backends.sim import SimBackend, SimConfig
 
-        sim = SimConfig(model="sim-llama", max_num_seqs=SLOTS, max_model_len=TINY_MAX_MODEL_LEN)
+        # Some words split a character over two tokens, so resume is checked at such a cut.
+        sim = SimConfig(
+            model="sim-llama",
+            max_num_seqs=SLOTS,
+            max_model_len=TINY_MAX_MODEL_LEN,
+            multibyte_every=4,
+        )
         backend = SimBackend(sim)
         return Harness(kind, backend, "sim-llama", Caps(), tokenizer=backend.tokenizer)
     tiny_dir = request.getfixturevalue("tiny_model_dir")

@@ -140,16 +140,21 @@ async def test_resumed_request_continues_identically(
 
 
 # Prompts whose continuation has a character split over two tokens: greedy output of the tiny
-# random-weight model picks byte tokens after these, the fake Triton's words include "café".
+# random-weight model picks byte tokens after these, the fake Triton's words include "café",
+# the sim here generates split words.
 SPLIT_PROMPTS = ("The piñata", "déjà vu", "The façade", "Ωmega", "Tell me about shards.")
 SPLIT_MAX_TOKENS = 16
 
 
-async def _split_run(harness: Harness) -> tuple[str, list[EngineDelta], int] | None:
+async def _split_run(
+    harness: Harness, stop: tuple[str, ...]
+) -> tuple[str, list[EngineDelta], int] | None:
     """The first candidate prompt whose output has a cut inside a character, its deltas and
     that first cut; a cut a client can see (between deltas) where the engine's deltas carry
     its own tokens. None if no candidate has one."""
-    keys = [(p, harness.submit(max_tokens=SPLIT_MAX_TOKENS, prompt=p)) for p in SPLIT_PROMPTS]
+    keys = [
+        (p, harness.submit(max_tokens=SPLIT_MAX_TOKENS, prompt=p, stop=stop)) for p in SPLIT_PROMPTS
+    ]
     runs = [(p, await harness.collector.finished(key)) for p, key in keys]
     decode = harness.tokenizer.decode
     for prompt, deltas in runs:
@@ -161,21 +166,26 @@ async def _split_run(harness: Harness) -> tuple[str, list[EngineDelta], int] | N
     return None
 
 
-async def test_resume_at_a_split_character_loses_no_text(harness: Harness) -> None:
-    found = await _split_run(harness)
-    if found is None:
-        assert harness.kind == "sim", "no candidate prompt gives a character split over tokens"
-        pytest.skip("sim: every token is a whole word; no character spans two tokens")
+@pytest.mark.parametrize("stop", [(), ("\x07never\x07",)], ids=["plain", "stop-strings"])
+async def test_resume_at_a_split_character_loses_no_text(
+    harness: Harness, stop: tuple[str, ...]
+) -> None:
+    if stop and not harness.caps.stop_strings:
+        pytest.skip(f"{harness.kind}: no stop strings")
+    found = await _split_run(harness, stop)
+    assert found is not None, "no candidate prompt gives a character split over tokens"
     prompt, full, cut = found
     ids, decode = tokens(full), harness.tokenizer.decode
     before = whole_text(decode, ids[:cut])  # what the client has: not the partial character
     resumed = await harness.run(
-        max_tokens=SPLIT_MAX_TOKENS, prompt=prompt, resume_token_ids=tuple(ids[:cut])
+        max_tokens=SPLIT_MAX_TOKENS, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:cut])
     )
     if harness.caps.exact_resume:
+        sent = sent_before(full, cut)
+        if not stop:  # (stop strings hold some whole characters back too)
+            assert sent == before
         assert tokens(resumed) == ids[cut:]
-        assert sent_before(full, cut) == before
-        assert before + text(resumed) == text(full)
+        assert sent + text(resumed) == text(full)
     else:
         # Text in, text out: the engine continues from the text the client has, as a new
         # request on that text would.
