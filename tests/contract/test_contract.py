@@ -139,6 +139,36 @@ async def test_resumed_request_continues_identically(
     assert (resumed[-1].finish, resumed[-1].completion_tokens) == (Finish.LENGTH, 12)
 
 
+def _late_stop(whole: str, after: int) -> str:
+    """A piece of `whole` whose first occurrence ends beyond its first `after` characters."""
+    for size in range(2, len(whole) + 1):
+        for start in range(len(whole) - size + 1):
+            stop = whole[start : start + size]
+            if stop.strip() and whole.find(stop) + size > after:
+                return stop
+    raise AssertionError(f"no stop string completes after {after} characters of {whole!r}")
+
+
+async def test_resumed_request_stops_where_an_uninterrupted_one_does(harness: Harness) -> None:
+    if not (harness.caps.exact_resume and harness.caps.stop_strings):
+        pytest.skip(f"{harness.kind}: resume is not token-exact, or no stop strings")
+    prompt = "The gateway routes shards"
+    plain = await harness.run(max_tokens=12, prompt=prompt)
+    stop = (_late_stop(text(plain), len(sent_before(plain, 5))),)
+    full = await harness.run(max_tokens=12, prompt=prompt, stop=stop)
+    ids = tokens(full)
+    assert full[-1].finish is Finish.STOP and len(ids) > 5
+    resumed = await harness.run(
+        max_tokens=12, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:5])
+    )
+    assert tokens(resumed) == ids[5:]
+    assert sent_before(full, 5) + text(resumed) == text(full)
+    assert (resumed[-1].finish, resumed[-1].completion_tokens) == (
+        Finish.STOP,
+        full[-1].completion_tokens,
+    )
+
+
 # Prompts whose continuation has a character split over two tokens: greedy output of the tiny
 # random-weight model picks byte tokens after these, the fake Triton's words include "café",
 # the sim here generates split words.
