@@ -181,13 +181,11 @@ async def _split_run(
 ) -> tuple[str, list[EngineDelta], int] | None:
     """The first candidate prompt whose output has a cut inside a character, its deltas and
     that first cut; a cut a client can see (between deltas) where the engine's deltas carry
-    its own tokens. None if no candidate has one."""
-    keys = [
-        (p, harness.submit(max_tokens=SPLIT_MAX_TOKENS, prompt=p, stop=stop)) for p in SPLIT_PROMPTS
-    ]
-    runs = [(p, await harness.collector.finished(key)) for p, key in keys]
+    its own tokens. None if no candidate has one. One request at a time: a batch of others
+    must not change a greedy run's numbers."""
     decode = harness.tokenizer.decode
-    for prompt, deltas in runs:
+    for prompt in SPLIT_PROMPTS:
+        deltas = await harness.run(max_tokens=SPLIT_MAX_TOKENS, prompt=prompt, stop=stop)
         ends = {sum(len(d.token_ids) for d in deltas[: i + 1]) for i in range(len(deltas))}
         cuts = split_cuts(decode, tokens(deltas))
         seen = [k for k in cuts if k in ends] if harness.caps.token_ids else cuts
