@@ -32,6 +32,14 @@ async def fake_triton() -> AsyncIterator[Any]:
     await server.stop()
 
 
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir: Path) -> Any:
+    require("transformers")
+    from engine_sidecar.backends.common.tokenizer import HfTokenizer
+
+    return HfTokenizer.from_pretrained(str(tiny_model_dir))
+
+
 def triton_backend(server: Any, convention: str, tiny_dir: Path, **overrides: Any) -> Backend:
     from engine_sidecar.backends.triton import TritonConfig
     from engine_sidecar.backends.triton.backend import TritonBackend
@@ -59,8 +67,15 @@ def make_harness(kind: str, request: pytest.FixtureRequest) -> Harness:
     if kind == "sim":
         from engine_sidecar.backends.sim import SimBackend, SimConfig
 
-        sim = SimConfig(model="sim-llama", max_num_seqs=SLOTS, max_model_len=TINY_MAX_MODEL_LEN)
-        return Harness(kind, SimBackend(sim), "sim-llama", Caps())
+        # Some words split a character over two tokens, so resume is checked at such a cut.
+        sim = SimConfig(
+            model="sim-llama",
+            max_num_seqs=SLOTS,
+            max_model_len=TINY_MAX_MODEL_LEN,
+            multibyte_every=4,
+        )
+        backend = SimBackend(sim)
+        return Harness(kind, backend, "sim-llama", Caps(), tokenizer=backend.tokenizer)
     tiny_dir = request.getfixturevalue("tiny_model_dir")
     if kind == "vllm":
         require("vllm")
@@ -68,13 +83,15 @@ def make_harness(kind: str, request: pytest.FixtureRequest) -> Harness:
 
         engine = request.getfixturevalue("vllm_engine")
         backend = VllmBackend(vllm_config(tiny_dir), engine=engine)
-        return Harness(kind, backend, "tiny-llama", Caps())
+        return Harness(kind, backend, "tiny-llama", Caps(), tokenizer=engine.tokenizer)
     server = request.getfixturevalue("fake_triton")
     convention = kind.removeprefix("triton-")
     exact = convention == "trtllm"  # token ids in and out
-    caps = Caps(exact_resume=exact, token_ids=exact, step_batches=False)
+    # Neither applies stop strings here: trtllm refuses them, the fake vLLM model ignores them.
+    caps = Caps(exact_resume=exact, token_ids=exact, step_batches=False, stop_strings=False)
     backend = triton_backend(server, convention, tiny_dir)
-    return Harness(kind, backend, "tiny-triton", caps, server=server)
+    tokenizer = request.getfixturevalue("tiny_tokenizer")
+    return Harness(kind, backend, "tiny-triton", caps, server=server, tokenizer=tokenizer)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -29,7 +29,9 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 VLLM_MODEL = "llm-vllm"
 TRTLLM_MODEL = "llm-trtllm"
-WORDS = ("alpha", "bravo", "delta", "echo", "gamma", "kilo", "lima", "nova", "oscar", "tango")
+# Some words have a character of two bytes, which a byte-level tokenizer splits over two tokens.
+WORDS = ("alpha", "bravo", "café", "delta", "echo", "gamma", "kilo", "lima", "nova", "oscar")
+WORDS += ("señor", "tango", "crème")
 EOS_EVERY = 64
 
 

@@ -65,6 +65,7 @@ class Caps:
     """What a backend can promise beyond the common contract."""
 
     exact_resume: bool = True  # resumed greedy output equals the uninterrupted one
+    stop_strings: bool = True  # the engine applies stop strings (and holds text back for them)
     token_ids: bool = True  # deltas carry the engine's own token ids
     step_batches: bool = True  # one engine step's deltas come in one sink call
 
@@ -77,6 +78,7 @@ class Harness:
     caps: Caps
     collector: Collector = field(default_factory=Collector)
     server: Any = None  # the fake Triton server, for Triton backends
+    tokenizer: Any = None  # the engine's tokenizer (its `decode(ids)` is all the tests use)
 
     @property
     def max_model_len(self) -> int:
@@ -121,3 +123,27 @@ def tokens(deltas: list[EngineDelta]) -> list[int]:
 
 def text(deltas: list[EngineDelta]) -> str:
     return "".join(d.text for d in deltas)
+
+
+def split_cuts(decode: Callable[[list[int]], str], ids: list[int]) -> list[int]:
+    """The cuts 0 < k < len(ids) where the text of ids[:k] ends inside a character."""
+    return [k for k in range(1, len(ids)) if decode(ids[:k]).endswith("\ufffd")]
+
+
+def whole_text(decode: Callable[[list[int]], str], ids: list[int]) -> str:
+    """The text of ids up to the last token that ends on a whole character: what a client has
+    been sent when these tokens have come (the rest waits for the rest of its character)."""
+    whole = [k for k in range(len(ids), 0, -1) if not decode(ids[:k]).endswith("\ufffd")]
+    return decode(ids[: whole[0]]) if whole else ""
+
+
+def sent_before(deltas: list[EngineDelta], k: int) -> str:
+    """The text of the deltas that carried the first k token ids (k falls between deltas)."""
+    n, parts = 0, []
+    for d in deltas:
+        if n >= k:
+            break
+        parts.append(d.text)
+        n += len(d.token_ids)
+    assert n == k, f"cut {k} falls inside a delta"
+    return "".join(parts)

@@ -7,8 +7,16 @@ from typing import Any
 
 import pytest
 
-from engine_sidecar.backend import ErrorCode, Finish, RequestError
-from tests.contract.harness import Harness, eventually, text, tokens
+from engine_sidecar.backend import EngineDelta, ErrorCode, Finish, RequestError
+from tests.contract.harness import (
+    Harness,
+    eventually,
+    sent_before,
+    split_cuts,
+    text,
+    tokens,
+    whole_text,
+)
 
 pytestmark = pytest.mark.timeout(600)  # the first vLLM test also starts the shared engine
 
@@ -108,18 +116,113 @@ async def test_no_delta_follows_an_abort(harness: Harness) -> None:
     assert c.by_key[key][-1].finish is Finish.NONE
 
 
-async def test_resumed_request_continues_identically(harness: Harness) -> None:
+@pytest.mark.parametrize("stop", [(), ("\x07never\x07",)], ids=["plain", "stop-strings"])
+async def test_resumed_request_continues_identically(
+    harness: Harness, stop: tuple[str, ...]
+) -> None:
     if not harness.caps.exact_resume:
         pytest.skip(f"{harness.kind}: text in, text out; resume is not token-exact")
-    full = await harness.run(max_tokens=12, prompt="The gateway routes shards")
+    if stop and not harness.caps.stop_strings:
+        pytest.skip(f"{harness.kind}: no stop strings")
+    # A stop string that never matches: the engine holds its last characters back until the end.
+    prompt = "The gateway routes shards"
+    full = await harness.run(max_tokens=12, prompt=prompt, stop=stop)
     ids = tokens(full)
     assert len(ids) == 12
     resumed = await harness.run(
-        max_tokens=12, prompt="The gateway routes shards", resume_token_ids=tuple(ids[:5])
+        max_tokens=12, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:5])
     )
     assert tokens(resumed) == ids[5:]
+    # The client's stream goes on with no character repeated or missing.
+    assert sent_before(full, 5) + text(resumed) == text(full)
     assert resumed[0].prompt_tokens == full[0].prompt_tokens
     assert (resumed[-1].finish, resumed[-1].completion_tokens) == (Finish.LENGTH, 12)
+
+
+def _late_stop(whole: str, after: int) -> str:
+    """A piece of `whole` whose first occurrence ends beyond its first `after` characters."""
+    for size in range(2, len(whole) + 1):
+        for start in range(len(whole) - size + 1):
+            stop = whole[start : start + size]
+            if stop.strip() and whole.find(stop) + size > after:
+                return stop
+    raise AssertionError(f"no stop string completes after {after} characters of {whole!r}")
+
+
+async def test_resumed_request_stops_where_an_uninterrupted_one_does(harness: Harness) -> None:
+    if not (harness.caps.exact_resume and harness.caps.stop_strings):
+        pytest.skip(f"{harness.kind}: resume is not token-exact, or no stop strings")
+    prompt = "The gateway routes shards"
+    plain = await harness.run(max_tokens=12, prompt=prompt)
+    stop = (_late_stop(text(plain), len(sent_before(plain, 5))),)
+    full = await harness.run(max_tokens=12, prompt=prompt, stop=stop)
+    ids = tokens(full)
+    assert full[-1].finish is Finish.STOP and len(ids) > 5
+    resumed = await harness.run(
+        max_tokens=12, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:5])
+    )
+    assert tokens(resumed) == ids[5:]
+    assert sent_before(full, 5) + text(resumed) == text(full)
+    assert (resumed[-1].finish, resumed[-1].completion_tokens) == (
+        Finish.STOP,
+        full[-1].completion_tokens,
+    )
+
+
+# Prompts whose continuation has a character split over two tokens: greedy output of the tiny
+# random-weight model picks byte tokens after these, the fake Triton's words include "café",
+# the sim here generates split words.
+SPLIT_PROMPTS = ("The piñata", "déjà vu", "The façade", "Ωmega", "Tell me about shards.")
+SPLIT_MAX_TOKENS = 16
+
+
+async def _split_run(
+    harness: Harness, stop: tuple[str, ...]
+) -> tuple[str, list[EngineDelta], int] | None:
+    """The first candidate prompt whose output has a cut inside a character, its deltas and
+    that first cut; a cut a client can see (between deltas) where the engine's deltas carry
+    its own tokens. None if no candidate has one. One request at a time: a batch of others
+    must not change a greedy run's numbers."""
+    decode = harness.tokenizer.decode
+    for prompt in SPLIT_PROMPTS:
+        deltas = await harness.run(max_tokens=SPLIT_MAX_TOKENS, prompt=prompt, stop=stop)
+        ends = {sum(len(d.token_ids) for d in deltas[: i + 1]) for i in range(len(deltas))}
+        cuts = split_cuts(decode, tokens(deltas))
+        seen = [k for k in cuts if k in ends] if harness.caps.token_ids else cuts
+        if seen:
+            return prompt, deltas, seen[0]
+    return None
+
+
+@pytest.mark.parametrize("stop", [(), ("\x07never\x07",)], ids=["plain", "stop-strings"])
+async def test_resume_at_a_split_character_loses_no_text(
+    harness: Harness, stop: tuple[str, ...]
+) -> None:
+    if stop and not harness.caps.stop_strings:
+        pytest.skip(f"{harness.kind}: no stop strings")
+    found = await _split_run(harness, stop)
+    assert found is not None, "no candidate prompt gives a character split over tokens"
+    prompt, full, cut = found
+    ids, decode = tokens(full), harness.tokenizer.decode
+    before = whole_text(decode, ids[:cut])  # what the client has: not the partial character
+    resumed = await harness.run(
+        max_tokens=SPLIT_MAX_TOKENS, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:cut])
+    )
+    if harness.caps.exact_resume:
+        sent = sent_before(full, cut)
+        if not stop:  # (stop strings hold some whole characters back too)
+            assert sent == before
+        assert tokens(resumed) == ids[cut:]
+        assert sent + text(resumed) == text(full)
+    else:
+        # Text in, text out: the engine continues from the text the client has, as a new
+        # request on that text would.
+        fresh = await harness.run(max_tokens=SPLIT_MAX_TOKENS - cut, prompt=prompt + before)
+        assert text(resumed) == text(fresh)
+    assert (resumed[-1].finish, resumed[-1].completion_tokens) == (
+        Finish.LENGTH,
+        SPLIT_MAX_TOKENS,
+    )
 
 
 async def test_resumed_with_all_its_tokens_finishes_at_once(harness: Harness) -> None:

@@ -54,6 +54,9 @@ class SimConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     profile: str = "instant"
     # On average one generated position in `eos_every` ends the request with EOS; 0: never.
     eos_every: NonNegativeInt = 300
+    # On average one generated word in `multibyte_every` is a word with a two-byte character,
+    # as two tokens that split its bytes (its text comes with the second); 0: never.
+    multibyte_every: NonNegativeInt = 0
     seed: int = 0
     faults: SimFaults = SimFaults()
 
@@ -72,6 +75,8 @@ class SimConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
                 raise ValueError(f"{name} must be > 0")
         if self.eos_every < 0:
             raise ValueError("eos_every must be >= 0")
+        if self.multibyte_every < 0:
+            raise ValueError("multibyte_every must be >= 0")
         # Like vLLM at start-up: one sequence of max_model_len tokens must fit in the KV cache,
         # otherwise a long request could never be scheduled.
         blocks_per_seq = -(-self.max_model_len // self.block_size)

@@ -46,6 +46,7 @@ class SimCore:
         self._needy: list[SimSeq] = []  # running sequences whose KV blocks are full
         self._arrivals = 0
         self._word_base = self.tokenizer.word_ids[0]
+        self._multibyte = config.multibyte_every
         self._word_texts = self.tokenizer.word_texts
         self.preemptions = 0
         self.generated_tokens = 0
@@ -245,6 +246,8 @@ class SimCore:
         idx = (v & _LOW32) % len(self._word_texts)
         tok = self._word_base + idx
         text = self._word_texts[idx]
+        if self._multibyte:
+            tok, text = self._split_word(gen, v, tok, text)
         gen.append(tok)
         seq.run_tokens += 1
         self.generated_tokens += 1
@@ -258,10 +261,21 @@ class SimCore:
             text += seq.take_tail()  # flush what was held back for stop strings
         d = EngineDelta(seq.key, [tok], text, finish)
         self._fill_usage(seq, d)
-        seq.fast = not (seq.stops or seq.fail)
+        seq.fast = not (seq.stops or seq.fail or self._multibyte)
         if not finish and p + 1 >= seq.gen_room:
             self._needy.append(seq)
         return d
+
+    def _split_word(self, gen: list[int], v: int, tok: int, text: str) -> tuple[int, str]:
+        """The token at this position where split words are generated: after a split word's
+        first token its second, with the word's text; now and then a first token, with no
+        text yet (its character is incomplete); otherwise the word drawn."""
+        t = self.tokenizer
+        if gen and t.is_split_first(gen[-1]):
+            return gen[-1] + 1, t.split_word(gen[-1])
+        if (v >> 40) % self._multibyte == 0:
+            return t.split_first((v & _LOW32) % t.num_split_words), ""
+        return tok, text
 
     def _final(
         self, seq: SimSeq, finish: Finish, code: ErrorCode = ErrorCode.NONE, message: str = ""

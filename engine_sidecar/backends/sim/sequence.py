@@ -80,7 +80,8 @@ class SimSeq:
         # Text held back while it could begin a stop string (see match_stop). For a resumed
         # request it is what the earlier run held back, so this run emits it.
         keep = self.max_stop_len - 1
-        self.tail = tokenizer.decode(self.generated)[-keep:] if keep > 0 and self.generated else ""
+        so_far = tokenizer.streamed_text(self.generated) if keep > 0 and self.generated else ""
+        self.tail = so_far[-keep:] if so_far else ""
         self.salt = request.lora.encode()  # separates the prefix caches of LoRAs
         self.stream_seed = stream_seed(prompt_ids, s.seed, config_seed)
         self.rng = UNSEEDED  # seeded at first admission: position len(generated) of the stream

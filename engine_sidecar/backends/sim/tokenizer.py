@@ -4,6 +4,10 @@ Text is split into pieces (a word with its leading whitespace, a digit, a punctu
 run of whitespace). A fixed vocabulary of plain English words (" word", with the leading space)
 has ids 4.. ; any other piece hashes (crc32, never the salted `hash()`) into the rest of the
 vocabulary. Generated tokens are drawn from the word ids only, so output reads like words.
+
+A few words with a two-byte character (SPLIT_WORDS) are two tokens each, at the top of the
+vocabulary, that split the character's bytes as byte-level BPE does; the sim generates them only
+where configured (SimConfig.multibyte_every). `decode` joins bytes for them.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ BOS_ID = 1
 EOS_ID = 2
 UNK_ID = 3
 FIRST_WORD_ID = 4
-VOCAB_SIZE = 32000
+HASHED_END = 32000  # hashed pieces take the ids up to here; the split words' tokens follow
+SPLIT_WORDS = ("café", "naïve", "señor", "crème", "über", "façade")
+VOCAB_SIZE = HASHED_END + 2 * len(SPLIT_WORDS)
 
 _WORD_LIST = """
 the of and to a in is was for on that with as by at from it this be are or an have not which
@@ -64,8 +70,17 @@ class SimTokenizer:
         self.word_texts: tuple[str, ...] = tuple(" " + w for w in WORDS)
         self._piece_to_id = {t: FIRST_WORD_ID + i for i, t in enumerate(self.word_texts)}
         self._hashed_base = FIRST_WORD_ID + len(WORDS)
-        self._hashed_span = VOCAB_SIZE - self._hashed_base
+        self._hashed_span = HASHED_END - self._hashed_base
         self._decoded: dict[int, str] = {}
+        # The bytes of each split word's two tokens: the first ends with the character's lead
+        # byte. Split word j is ids HASHED_END + 2j (first) and HASHED_END + 2j + 1.
+        self._split_bytes: dict[int, bytes] = {}
+        for j, word in enumerate(SPLIT_WORDS):
+            raw = (" " + word).encode()
+            lead = next(i for i, b in enumerate(raw) if b >= 0x80) + 1
+            self._split_bytes[HASHED_END + 2 * j] = raw[:lead]
+            self._split_bytes[HASHED_END + 2 * j + 1] = raw[lead:]
+        self.num_split_words = len(SPLIT_WORDS)
 
     @property
     def eos_id(self) -> int:
@@ -82,10 +97,33 @@ class SimTokenizer:
             out.append(tid)
         return out
 
+    @staticmethod
+    def split_first(j: int) -> int:
+        """The first token of split word j."""
+        return HASHED_END + 2 * j
+
+    @staticmethod
+    def is_split_first(token_id: int) -> bool:
+        return token_id >= HASHED_END and (token_id - HASHED_END) % 2 == 0
+
+    def split_word(self, first_id: int) -> str:
+        """The text of a split word (" café"), given its first token."""
+        return " " + SPLIT_WORDS[(first_id - HASHED_END) // 2]
+
+    def streamed_text(self, token_ids: Sequence[int]) -> str:
+        """The text a stream of these tokens has emitted: a split word's text comes with its
+        second token, so a first token at the end has none yet."""
+        if token_ids and self.is_split_first(token_ids[-1]):
+            token_ids = token_ids[:-1]
+        return self.decode(token_ids)
+
     def decode_token(self, token_id: int) -> str:
         i = token_id - FIRST_WORD_ID
         if 0 <= i < len(self.word_texts):
             return self.word_texts[i]
+        raw = self._split_bytes.get(token_id)
+        if raw is not None:
+            return raw.decode(errors="replace")
         text = self._decoded.get(token_id)
         if text is None:
             text = self._pseudo_word(token_id)
@@ -94,7 +132,12 @@ class SimTokenizer:
         return text
 
     def decode(self, token_ids: Iterable[int]) -> str:
-        return "".join(self.decode_token(t) for t in token_ids)
+        ids = list(token_ids)
+        if not any(t >= HASHED_END for t in ids):
+            return "".join(self.decode_token(t) for t in ids)
+        split = self._split_bytes.get
+        raw = b"".join(split(t) or self.decode_token(t).encode() for t in ids)
+        return raw.decode(errors="replace")
 
     def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
         return self.encode(self.apply_chat_template(messages))

@@ -3,7 +3,8 @@
 Text in, text out. With a tokenizer, chat messages and token ids are rendered to text, lengths are
 checked here, and each text delta is tokenised again so that the gateway can resume a request
 from its text (a resumed request continues from prompt + the text so far: not bit-exact, as the
-engine may split that text into other tokens).
+engine may split that text into other tokens; resumed ids that end inside a character continue
+from the text before it, which is what the client has).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from typing import Any
 
 from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
+from engine_sidecar.backends.common.detokenizer import whole_text
 from engine_sidecar.backends.common.prompts import Limits, check_request, too_long
 from engine_sidecar.backends.common.tokenizer import HfTokenizer
 from engine_sidecar.backends.triton import tensors
@@ -66,7 +68,9 @@ class VllmConvention:
                     _BAD, too_long(max_len, prompt_tokens, max_tokens, what), "max_tokens"
                 )
         if resume:
-            text += self._need_tokenizer("resume", "resume_token_ids").decode(resume)
+            # The text so far, as streamed: the bytes of a character that the cut splits never
+            # reached the client, and are no text to continue from.
+            text += whole_text(self._need_tokenizer("resume", "resume_token_ids"), resume)
         left = max_tokens - len(resume)
         inputs = [
             tensors.text("text_input", text),

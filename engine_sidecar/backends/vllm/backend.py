@@ -3,12 +3,14 @@
 Each request is one task that iterates `AsyncLLM.generate` (prompt as token ids, outputs as
 deltas). vLLM's output handler hands one engine step's outputs to all those tasks in the same
 event-loop iteration; a StepBatcher turns them back into one sink call. Cancelling a task aborts
-its request in the engine (vLLM's generate() does so on cancellation).
+its request in the engine (vLLM's generate() does so on cancellation). A resumed request's text
+is the sidecar's own, made from the token ids (text.py): vLLM's would repeat or lose some.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from engine_sidecar.backend import (
@@ -34,6 +36,7 @@ from engine_sidecar.backends.vllm.engine import (
 from engine_sidecar.backends.vllm.errors import error_delta
 from engine_sidecar.backends.vllm.outputs import to_delta
 from engine_sidecar.backends.vllm.sampling import LoraRequests, engine_priority, sampling_params
+from engine_sidecar.backends.vllm.text import own_text
 
 log = logging.getLogger(__name__)
 
@@ -167,17 +170,24 @@ class VllmBackend:
 
         batcher, engine = self._batcher, self.engine
         assert batcher is not None and engine is not None
-        params = sampling_params(r.sampling, p.max_tokens)
         priority = engine_priority(r.priority, self.config.scheduling_policy)
         try:
-            async for out in engine.llm.generate(
+            text = own_text(engine.tokenizer, p.prompt_ids, r.resume_token_ids, r.sampling.stop)
+            params = sampling_params(r.sampling, p.max_tokens, detokenize=text is None)
+            outputs = engine.llm.generate(
                 TokensPrompt(prompt_token_ids=p.engine_ids),
                 params,
                 f"{r.request_id or 'req'}-{r.key}",
                 priority=priority,
                 lora_request=self._loras.get(r.lora),
-            ):
-                batcher.add(to_delta(usage, out))
+            )
+            # Closing the generator early (a stop string of our own text) aborts the request.
+            async with contextlib.aclosing(outputs):
+                async for out in outputs:
+                    delta = to_delta(usage, out, text)
+                    batcher.add(delta)
+                    if delta.finish and not out.finished:
+                        break
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -6,6 +6,7 @@ from typing import Any
 
 from engine_sidecar.backend import EngineDelta, Finish
 from engine_sidecar.backends.common.usage import Usage
+from engine_sidecar.backends.vllm.text import OwnText
 
 FINISH = {
     "stop": Finish.STOP,
@@ -15,13 +16,14 @@ FINISH = {
 }
 
 
-def to_delta(usage: Usage, out: Any) -> EngineDelta:
-    """One step's output of one request (n=1: a single completion)."""
+def to_delta(usage: Usage, out: Any, text: OwnText | None = None) -> EngineDelta:
+    """One step's output of one request (n=1: a single completion); its text from `text`
+    where the sidecar detokenizes this request itself (a stop string may end it there)."""
     c = out.outputs[0]
     finish = FINISH.get(c.finish_reason, Finish.STOP) if out.finished else Finish.NONE
-    return usage.delta(
-        list(c.token_ids),
-        c.text,
-        finish,
-        cached_tokens=out.num_cached_tokens or 0,
-    )
+    ids, piece = list(c.token_ids), c.text
+    if text is not None:
+        ids, piece, stopped = text.add(ids, bool(out.finished))
+        if stopped:
+            finish = Finish.STOP
+    return usage.delta(ids, piece, finish, cached_tokens=out.num_cached_tokens or 0)

@@ -9,16 +9,18 @@ from vllm.sampling_params import RequestOutputKind
 from engine_sidecar.backend import Sampling
 
 
-def sampling_params(s: Sampling, max_tokens: int) -> SamplingParams:
-    """Streamed as deltas: each output holds only what the step added."""
+def sampling_params(s: Sampling, max_tokens: int, *, detokenize: bool = True) -> SamplingParams:
+    """Streamed as deltas: each output holds only what the step added. Without detokenize,
+    outputs carry token ids only, and the caller applies the stop strings to its own text."""
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=s.temperature,
         top_p=s.top_p,
         top_k=s.top_k,
         seed=s.seed,
-        stop=list(s.stop) or None,
+        stop=(list(s.stop) or None) if detokenize else None,
         ignore_eos=s.ignore_eos,
+        detokenize=detokenize,
         output_kind=RequestOutputKind.DELTA,
     )
 

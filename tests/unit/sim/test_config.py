@@ -28,6 +28,7 @@ def test_defaults() -> None:
         ({"max_num_seqs": 0}, "max_num_seqs"),
         ({"block_size": -1}, "block_size"),
         ({"eos_every": -1}, "eos_every"),
+        ({"multibyte_every": -1}, "multibyte_every"),
         ({"faults": {"error_rate": 1.5}}, "error_rate"),
         ({"faults": {"crash_after_tokens": 0}}, "crash_after_tokens"),
         ({"faults": {"slow_token_s": -0.1}}, "slow_token_s"),

@@ -263,3 +263,22 @@ def test_duplicate_and_empty_are_refused() -> None:
         core.add(req(1))
     with pytest.raises(ValueError):
         core.add(req(2, ()))
+
+
+@pytest.mark.parametrize("stop", [(), ("\x07never\x07",)])
+def test_split_words_resume_at_every_cut_with_no_text_lost(stop: tuple[str, ...]) -> None:
+    config = SimConfig(eos_every=0, multibyte_every=3)
+    full = run_one(config, req(1, prompt_ids(8), max_tokens=40, stop=stop))
+    firsts = [i for i, t in enumerate(full.tokens) if TOK.is_split_first(t)]
+    assert firsts and all(full.tokens[i + 1] == full.tokens[i] + 1 for i in firsts[:-1])
+    assert full.text == TOK.streamed_text(full.tokens)
+    for i in firsts:  # the first token of a split word has no text; the second has the word's
+        assert full.deltas[i].text == "" and TOK.split_word(full.tokens[i]) in full.text
+    for cut in range(len(full.tokens)):
+        sent = "".join(d.text for d in full.deltas[:cut])
+        rest = run_one(
+            config,
+            req(2, prompt_ids(8), max_tokens=40, stop=stop, resume=tuple(full.tokens[:cut])),
+        )
+        assert full.tokens[:cut] + rest.tokens == full.tokens, cut
+        assert sent + rest.text == full.text, cut

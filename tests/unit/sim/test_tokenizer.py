@@ -79,3 +79,18 @@ def test_eos_and_chat_template() -> None:
 def test_words_are_unique_and_plain() -> None:
     assert len(WORDS) == len(set(WORDS)) >= 300
     assert all(w.isalpha() and w.islower() for w in WORDS)
+
+
+def test_split_words_decode_as_bytes_and_stream_with_their_second_token() -> None:
+    from engine_sidecar.backends.sim.tokenizer import SPLIT_WORDS
+
+    word = TOK.encode(" the")
+    for j, text in enumerate(SPLIT_WORDS):
+        first = TOK.split_first(j)
+        assert TOK.is_split_first(first) and not TOK.is_split_first(first + 1)
+        assert first + 1 < VOCAB_SIZE
+        assert TOK.split_word(first) == " " + text
+        assert TOK.decode([*word, first, first + 1]) == " the " + text
+        assert TOK.decode([*word, first]).endswith("\ufffd")  # its character is incomplete
+        assert TOK.streamed_text([*word, first]) == " the"
+        assert TOK.streamed_text([*word, first, first + 1]) == " the " + text

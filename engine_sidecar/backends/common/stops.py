@@ -1,0 +1,42 @@
+"""Stop strings over streamed text, applied the way vLLM applies them.
+
+The text ends before the first stop string to complete; while the last characters could still
+begin one (the longest stop string's length less one), they are held back. What has been
+emitted is thus a function of the text so far: a matcher primed with the text of a resumed
+request's earlier tokens holds back what the earlier run held back, and this run emits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class StopStrings:
+    __slots__ = ("_keep", "_stops", "_tail")
+
+    def __init__(self, stops: Sequence[str], text_so_far: str = "") -> None:
+        self._stops = tuple(s for s in stops if s)
+        self._keep = max((len(s) for s in self._stops), default=1) - 1
+        self._tail = text_so_far[-self._keep :] if self._keep else ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """The text to emit now, and whether a stop string ended the request."""
+        if not self._stops:
+            return text, False
+        window = self._tail + text
+        start, end = -1, len(window) + 1
+        for stop in self._stops:
+            i = window.find(stop)
+            if i != -1 and i + len(stop) < end:  # the one that completes first
+                start, end = i, i + len(stop)
+        if start != -1:
+            self._tail = ""
+            return window[:start], True
+        cut = max(len(window) - self._keep, 0)
+        self._tail = window[cut:]
+        return window[:cut], False
+
+    def flush(self) -> str:
+        """What is held back, at the end of a request that no stop string ended."""
+        tail, self._tail = self._tail, ""
+        return tail

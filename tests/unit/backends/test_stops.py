@@ -1,0 +1,51 @@
+"""Stop strings over streamed text: a pure table, and resuming with the text so far."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_sidecar.backends.common.stops import StopStrings
+
+CASES = [
+    # stops, pieces fed, expected (emitted per piece), stopped at the last piece
+    ((), ["ab", "cd"], ["ab", "cd"], False),
+    (("xyz",), ["ab", "cd", "ef"], ["", "ab", "cd"], False),
+    (("xyz",), ["abx", "y", "z!"], ["a", "b", ""], True),
+    (("cd",), ["abc", "def"], ["ab", ""], True),
+    (("bcd", "c"), ["abcd"], ["ab"], True),  # "c" completes first
+    (("abc", "bc"), ["a", "b", "c"], ["", "", ""], True),  # "bc" starts later, ends with "abc"
+    (("", "q"), ["ab"], ["ab"], False),  # empty stop strings are ignored
+]
+
+
+@pytest.mark.parametrize(("stops", "pieces", "emitted", "stopped"), CASES)
+def test_stop_strings(
+    stops: tuple[str, ...], pieces: list[str], emitted: list[str], stopped: bool
+) -> None:
+    m = StopStrings(stops)
+    out = [m.feed(p) for p in pieces]
+    assert [text for text, _ in out] == emitted
+    assert [s for _, s in out] == [False] * (len(pieces) - 1) + [stopped]
+
+
+def test_flush_gives_what_was_held_back() -> None:
+    m = StopStrings(("xyz",))
+    assert m.feed("abcd") == ("ab", False)
+    assert m.flush() == "cd"
+    assert m.flush() == ""
+
+
+@pytest.mark.parametrize("stops", [("xyz",), ("ll", "low"), ("e",)])
+def test_a_matcher_primed_with_the_text_so_far_continues_it(stops: tuple[str, ...]) -> None:
+    pieces = ["He", "l", "lo", " wor", "ld", " and", " low", " xyz", " end"]
+    whole = StopStrings(stops)
+    out = [whole.feed(p) for p in pieces]
+    end = next((i for i, (_, s) in enumerate(out) if s), len(pieces) - 1)
+    expected = "".join(t for t, _ in out[: end + 1]) + ("" if out[end][1] else whole.flush())
+    for cut in range(end + 1):
+        sent = "".join(t for t, _ in out[:cut])
+        m = StopStrings(stops, "".join(pieces[:cut]))
+        rest = [m.feed(p) for p in pieces[cut : end + 1]]
+        tail = "" if rest[-1][1] else m.flush()
+        assert sent + "".join(t for t, _ in rest) + tail == expected, cut
+        assert rest[-1][1] == out[end][1]

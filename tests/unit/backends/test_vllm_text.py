@@ -1,0 +1,63 @@
+"""The sidecar's own text for vLLM requests resumed at any cut, stop strings included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engines import require
+
+TEXT = " Grüße aus dem ☃-Land, café; 1234 shards 𝄞 ok; done"
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir: Path) -> Any:
+    require("transformers")
+    from engine_sidecar.backends.common.tokenizer import HfTokenizer
+
+    return HfTokenizer.from_pretrained(str(tiny_model_dir))
+
+
+def _run(text: Any, ids: list[int]) -> tuple[list[int], str, bool]:
+    """Feed ids one at a time (the last as the finished output) until a stop string."""
+    kept: list[int] = []
+    parts: list[str] = []
+    for i, t in enumerate(ids):
+        k, piece, stopped = text.add([t], i == len(ids) - 1)
+        kept += k
+        parts.append(piece)
+        if stopped:
+            return kept, "".join(parts), True
+    return kept, "".join(parts), False
+
+
+def test_only_resumed_requests_and_split_prompts_need_it(tok: Any) -> None:
+    from engine_sidecar.backends.vllm.text import own_text
+
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    split = next(k for k in range(1, len(ids)) if tok.decode(ids[:k]).endswith("\ufffd"))
+    assert own_text(tok, ids[:4], (), ()) is None
+    assert own_text(tok, ids[:split], (), ()) is not None
+    assert own_text(tok, ids[:4], ids[4:5], ()) is not None
+
+
+@pytest.mark.parametrize("stops", [(), (";",), ("☃-L", "shards 𝄞")])
+def test_resumed_at_any_cut_the_text_goes_on_as_one_run(tok: Any, stops: tuple[str, ...]) -> None:
+    from engine_sidecar.backends.vllm.text import OwnText
+
+    prompt = tok.encode("Say:", add_special_tokens=False)
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    full_ids, full_text, full_stopped = _run(OwnText(tok, prompt, [], stops), ids)
+    assert full_stopped == bool(stops)
+    if not stops:
+        assert full_text == TEXT
+    for cut in range(len(full_ids)):
+        # The first run, cut there: what it held back (for a character, for a stop) was not sent.
+        first = OwnText(tok, prompt, [], stops)
+        sent = "".join(first.add([t], False)[1] for t in full_ids[:cut])
+        kept, rest, stopped = _run(OwnText(tok, prompt, full_ids[:cut], stops), ids[cut:])
+        assert full_ids[:cut] + kept == full_ids, cut
+        assert sent + rest == full_text, cut
+        assert stopped == full_stopped
