@@ -20,6 +20,7 @@ from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from engine_sidecar.backends.sim import SimConfig
 from tests.integration.cluster import Cluster
+from tests.integration.poll import until
 from tests.unit.observability.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,7 +241,9 @@ def test_queue_bounds_reject_and_nothing_hangs(cluster: Cluster) -> None:
 
     t = threading.Thread(target=queued)
     t.start()
-    time.sleep(0.1)
+    assert cluster.gateway is not None
+    queue = cluster.gateway.scheduler.pools["sim-llama"].queue
+    until(lambda: len(queue) == 1, 10.0, "the first class-1 request waits")
     with pytest.raises(openai.APIStatusError) as e:  # class 1 holds one waiter at most
         chat(cluster, "sk-tiny", 4)
     assert e.value.status_code in (429, 503)
@@ -270,33 +273,51 @@ def test_grpc_rate_limit_and_auth_status_codes(cluster: Cluster) -> None:
         assert int(trailing["retry-after"]) >= 1
 
 
-def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -> None:
-    # Runs last in this module: every test above left requests, rejections and a preemption.
+def samples(cluster: Cluster) -> dict[str, list[tuple[dict[str, str], float]]]:
     with urllib.request.urlopen(f"{cluster.http_url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            samples.setdefault(s.name, []).append((s.labels, s.value))
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
 
-    def total(name: str, **labels: str) -> float:
-        return sum(
-            v
-            for lab, v in samples.get(name, [])
-            if all(lab.get(k) == want for k, want in labels.items())
-        )
 
-    assert total("shardgate_requests_total", model="sim-llama", outcome="length") >= 5
-    assert total("shardgate_requests_total", outcome="client_gone") >= 1
-    assert total("shardgate_rejections_total", reason="rate_requests") >= 1
-    assert total("shardgate_rejections_total", reason="rate_tokens") >= 1
-    assert total("shardgate_rejections_total", reason="queue_timeout") >= 1
-    assert total("shardgate_preemptions_total", model="sim-llama", **{"class": "0"}) >= 1
-    assert total("shardgate_completion_tokens_total", tenant="lo", model="sim-llama") >= 400
-    assert total("shardgate_time_to_first_token_seconds_count", model="sim-llama") >= 5
-    assert total("shardgate_inter_token_latency_seconds_count", model="sim-llama") >= 400
-    assert total("shardgate_queue_wait_seconds_count", model="sim-llama") >= 5
-    assert samples["shardgate_link_heartbeat_age_seconds"]
+def total(
+    samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str
+) -> float:
+    return sum(
+        v
+        for lab, v in samples.get(name, [])
+        if all(lab.get(k) == want for k, want in labels.items())
+    )
+
+
+def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -> None:
+    # The mixed load is this test's own (the scenarios above, run again), whatever ran before.
+    before = samples(cluster)
+    test_free_gets_429_at_the_third_quick_request_then_succeeds_after_retry_after(cluster)
+    test_unused_tokens_are_refunded(cluster)
+    test_preempted_stream_pauses_and_resumes_with_identical_text(cluster)
+    test_queue_bounds_reject_and_nothing_hangs(cluster)
+    after = samples(cluster)
+
+    def grew(name: str, **labels: str) -> float:
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    # Free: 2 served, 1 refused; meter: 1 refused, 2 closed early; preemption: 2 lo runs of
+    # 400 tokens (one preempted once) and 1 hi; queue bounds: the blocker served, 2 refused.
+    assert grew("shardgate_requests_total", outcome="length") == 7
+    assert grew("shardgate_requests_total", outcome="client_gone") == 2
+    for reason in ("rate_requests", "rate_tokens", "queue_full", "queue_timeout"):
+        assert grew("shardgate_rejections_total", reason=reason) == 1, reason
+    assert grew("shardgate_preemptions_total", model="sim-llama", **{"class": "0"}) == 1
+    assert grew("shardgate_completion_tokens_total", tenant="lo", model="sim-llama") == 800
+    assert grew("shardgate_time_to_first_token_seconds_count", model="sim-llama") >= 5
+    assert grew("shardgate_inter_token_latency_seconds_count", model="sim-llama") >= 400
+    assert grew("shardgate_queue_wait_seconds_count", model="sim-llama") >= 5
+    assert after["shardgate_link_heartbeat_age_seconds"]
+    samples_ = after
 
     # Every metric the Grafana dashboard queries exists on this live gateway, except the
     # sidecar's own (vllm:*, shardgate_sidecar_*) and series that need a priced model.
@@ -309,9 +330,9 @@ def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -
         if not n.startswith(("vllm:", "shardgate_sidecar_"))
         and n not in ("shardgate_cost_usd_total", "shardgate_tenant_budget_usd")
     }
-    live = {name for name in samples} | {
+    live = {name for name in samples_} | {
         name.removesuffix(suffix)
-        for name in samples
+        for name in samples_
         for suffix in ("_bucket", "_count", "_sum", "_total")
     }
     assert wanted - live == set()
