@@ -36,13 +36,16 @@ class Cluster:
         sidecars: list[dict[str, Any]],
         config_path: Path | None = None,
         linked: list[int] | None = None,
+        external: list[tuple[str, str]] | None = None,
     ) -> None:
         """`linked`: the sidecars the gateway's config lists (default all); with `config_path`
-        the config is written there and the gateway reloads it."""
+        the config is written there and the gateway reloads it. `external`: (name, address) of
+        sidecars that run elsewhere (their own processes), listed too."""
         self._gateway_yaml = gateway_yaml
         self._sidecar_specs = sidecars
         self.config_path = config_path
         self._linked = linked
+        self._external = external or []
         self.sidecars: list[Sidecar] = []
         self.gateway: Gateway | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -76,6 +79,7 @@ class Cluster:
             f"address: '127.0.0.1:{self.sidecars[i].port}'}}"
             for i in linked
         ]
+        lines += [f"  - {{name: {name}, address: '{address}'}}" for name, address in self._external]
         return "\n".join(lines) + "\n"
 
     # -- lifecycle ---------------------------------------------------------------------------
