@@ -210,6 +210,57 @@ def test_preempted_stream_pauses_and_resumes_with_identical_text(cluster: Cluste
     assert sum(pool.preemptions.values()) == before + 1
 
 
+def test_x_priority_is_capped_at_the_tenants_maximum(cluster: Cluster) -> None:
+    def served(cls: str) -> float:
+        return total(
+            samples(cluster), "shardgate_requests_total", outcome="length", **{"class": cls}
+        )
+
+    asked = [
+        ("sk-lo", "50", "10"),
+        ("sk-tiny", "10", "1"),
+        ("sk-lo", "3", "3"),
+        ("sk-hi", "-5", "-5"),
+    ]
+    for key, priority, expected in asked:
+        before = {c: served(c) for c in ("10", "3", "1", "0", "-5")}
+        chat(cluster, key, 2, extra_headers={"x-priority": priority})
+        after = {c: served(c) for c in before}
+        grew = {c for c in before if after[c] != before[c]}
+        assert grew == {expected}, (key, priority)
+        assert after[expected] == before[expected] + 1
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(cluster, "sk-lo", 2, extra_headers={"x-priority": "urgent"})
+    assert e.value.response.json()["error"]["param"] == "x-priority"
+
+
+def test_x_priority_puts_a_request_ahead_of_its_tenants_earlier_ones(cluster: Cluster) -> None:
+    starts: dict[str, float] = {}
+
+    def run(name: str, **kw: Any) -> None:
+        _, n, first = stream_text(cluster, "sk-lo", 40, **kw)
+        assert n == 40
+        starts[name] = first
+
+    # The blocker (class 10) holds the only slot and cannot be preempted.
+    blocker = start_blocker(cluster, 600)
+    lows = [threading.Thread(target=run, args=(f"lo{i}",)) for i in range(2)]
+    for t in lows:
+        t.start()
+    assert cluster.gateway is not None
+    queue = cluster.gateway.scheduler.pools["sim-llama"].queue
+    until(lambda: len(queue) == 2, 20.0, "both class-0 requests wait")
+    urgent = threading.Thread(
+        target=run, args=("urgent",), kwargs={"extra_headers": {"x-priority": "5"}}
+    )
+    urgent.start()
+    until(lambda: len(queue) == 3, 20.0, "the class-5 request waits too")
+    for t in [blocker, *lows, urgent]:
+        t.join(60)
+    assert len(starts) == 3
+    assert starts["urgent"] < min(starts["lo0"], starts["lo1"])
+
+
 def start_blocker(cluster: Cluster, tokens: int, run: Any = None) -> threading.Thread:
     """A class-10 stream holding the pool's only slot, started (first token seen)."""
     started = threading.Event()
