@@ -4,6 +4,7 @@ and replica state say so), its failed streams finish elsewhere, and new traffic 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -20,7 +21,7 @@ health:
   ejection: {consecutive_failures: 3, base_ejection_time_s: 120, max_ejection_time_s: 120}
 retry: {min_retries_per_s: 100}
 """
-REQUEST = {
+REQUEST: dict[str, Any] = {
     "model": "sim-llama",
     "messages": [{"role": "user", "content": "Where do I land?"}],
     "max_tokens": 12,
