@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,15 +37,18 @@ class Cluster:
         config_path: Path | None = None,
         linked: list[int] | None = None,
         external: list[tuple[str, str]] | None = None,
+        before_gateway: Callable[[list[Sidecar]], Awaitable[None]] | None = None,
     ) -> None:
         """`linked`: the sidecars the gateway's config lists (default all); with `config_path`
         the config is written there and the gateway reloads it. `external`: (name, address) of
-        sidecars that run elsewhere (their own processes), listed too."""
+        sidecars that run elsewhere (their own processes), listed too. `before_gateway` runs
+        on the cluster's loop once the sidecars are up, before the gateway starts."""
         self._gateway_yaml = gateway_yaml
         self._sidecar_specs = sidecars
         self.config_path = config_path
         self._linked = linked
         self._external = external or []
+        self._before_gateway = before_gateway
         self.sidecars: list[Sidecar] = []
         self.gateway: Gateway | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -105,6 +108,8 @@ class Cluster:
                 sidecar = Sidecar(cfg)
                 await sidecar.start()
                 self.sidecars.append(sidecar)
+            if self._before_gateway is not None:
+                await self._before_gateway(self.sidecars)
             linked = range(len(self.sidecars)) if self._linked is None else self._linked
             text = self.config_text(self._gateway_yaml, list(linked))
             if self.config_path is not None:
