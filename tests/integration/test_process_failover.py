@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import re
 import signal
 import socket
 import subprocess
@@ -27,7 +29,7 @@ from tests.integration.poll import until
 from tests.integration.test_up import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM = {"backend": "sim", "sim": {"model": "sim-llama", "profile": "fast"}}
+SIM: dict[str, Any] = {"backend": "sim", "sim": {"model": "sim-llama", "profile": "fast"}}
 STREAMS = 6
 TOKENS = 1000
 
@@ -41,13 +43,15 @@ def up_or_exited(proc: subprocess.Popen[bytes], address: str) -> bool:
 
 
 @contextlib.contextmanager
-def sidecar_processes(n: int, log_dir: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+def sidecar_processes(
+    n: int, log_dir: Path, launch: dict[str, Any] = SIM
+) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     """`n` sim sidecars, each its own process, by address; killed and reaped at the end."""
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for i in range(n):
             address = f"127.0.0.1:{free_port()}"
-            e = SidecarEndpoint(name=f"proc-{i}", address=address, launch=SIM)
+            e = SidecarEndpoint(name=f"proc-{i}", address=address, launch=launch)
             with (log_dir / f"proc-{i}.log").open("wb") as log:
                 procs[address] = subprocess.Popen(
                     sidecar_argv(e, "WARNING"),
@@ -145,5 +149,66 @@ def test_sigkill_of_a_sidecar_process_under_load_loses_nothing(
                 assert "".join(s.pieces) == reference[s.prompt]
             assert c.gateway is not None
             assert c.gateway.supervisor.migrations >= on[victim]
+        finally:
+            c.stop()
+
+
+CUT = 150  # the sidecar process exits once its engine has generated this many tokens
+
+
+def test_a_stop_string_across_a_crash_stops_at_the_right_place(
+    cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop string spans the tokens around the cut: its start was generated (and held
+    back) by the sidecar that died, its end by the one the request migrated to."""
+    prompt = "Somewhere a stop string waits."
+    body: dict[str, Any] = {
+        "model": "sim-llama",
+        "prompt": prompt,
+        "max_tokens": 400,
+        "extra_body": {"ignore_eos": True},
+    }
+    # The undisturbed text, token by token (one chunk per token), from the in-process cluster's
+    # sim sidecars (same model and seed: the same tokens).
+    with openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="x", max_retries=0) as client:
+        tokens = [
+            c.choices[0].text
+            for c in client.completions.create(**body, stream=True)
+            if c.choices and c.choices[0].text
+        ]
+    assert len(tokens) == 400
+    text = "".join(tokens)
+    offset = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens) + 1)]
+    start, end = offset[CUT - 8], offset[CUT + 8]
+    stop = text[start:end]
+    assert text.find(stop) == start  # the first place it occurs
+
+    crashing = {**SIM, "sim": {**SIM["sim"], "faults": {"crash_after_tokens": CUT}}}
+    with sidecar_processes(2, tmp_path, crashing) as procs:
+        names = [(f"proc-{i}", address) for i, address in enumerate(procs)]
+        c = Cluster("models: [sim-llama]", [], external=names)
+        c.start(60.0)
+        caplog.set_level(logging.WARNING, logger="gateway.runtime.supervisor")
+        try:
+            with openai.OpenAI(base_url=f"{c.http_url}/v1", api_key="x", max_retries=0) as client:
+                stream = client.completions.create(**body, stop=[stop], stream=True)
+                pieces, finish = [], None
+                for chunk in stream:
+                    if chunk.choices and chunk.choices[0].text:
+                        pieces.append(chunk.choices[0].text)
+                    if chunk.choices and chunk.choices[0].finish_reason:
+                        finish = chunk.choices[0].finish_reason
+            assert finish == "stop"
+            assert "".join(pieces) == text[:start]
+            exits = [p.poll() for p in procs.values()]
+            assert exits.count(None) == 1 and exits.count(17) == 1  # one crashed, one serves
+            # Where the request was cut: within the stop string.
+            moved = [
+                int(m.group(1))
+                for r in caplog.records
+                if (m := re.search(r"after (\d+) tokens; migrated", r.getMessage()))
+            ]
+            assert len(moved) == 1
+            assert CUT - 8 < moved[0] < CUT + 8, moved
         finally:
             c.stop()
