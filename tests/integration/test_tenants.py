@@ -356,12 +356,14 @@ def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -
     def grew(name: str, **labels: str) -> float:
         return total(after, name, **labels) - total(before, name, **labels)
 
-    # Free: 2 served, 1 refused; meter: 1 refused, 2 closed early; preemption: 2 lo runs of
+    # Free: 3 served, 1 refused; meter: refused, then 2 closed early; preemption: 2 lo runs of
     # 400 tokens (one preempted once) and 1 hi; queue bounds: the blocker served, 2 refused.
     assert grew("shardgate_requests_total", outcome="length") == 7
     assert grew("shardgate_requests_total", outcome="client_gone") == 2
-    for reason in ("rate_requests", "rate_tokens", "queue_full", "queue_timeout"):
+    for reason in ("rate_requests", "queue_full", "queue_timeout"):
         assert grew("shardgate_rejections_total", reason=reason) == 1, reason
+    # Meter polls until its refund lands: refused once at least, more often under load.
+    assert grew("shardgate_rejections_total", reason="rate_tokens") >= 1
     assert grew("shardgate_preemptions_total", model="sim-llama", **{"class": "0"}) == 1
     assert grew("shardgate_completion_tokens_total", tenant="lo", model="sim-llama") == 800
     assert grew("shardgate_time_to_first_token_seconds_count", model="sim-llama") >= 5
