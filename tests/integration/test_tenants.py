@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
 import time
 import urllib.error
@@ -19,6 +21,7 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from engine_sidecar.backends.sim import SimConfig
+from gateway.runtime.job import Job
 from tests.integration.cluster import Cluster
 from tests.integration.poll import until
 from tests.unit.observability.promql import metric_names
@@ -259,6 +262,57 @@ def test_x_priority_puts_a_request_ahead_of_its_tenants_earlier_ones(cluster: Cl
         t.join(60)
     assert len(starts) == 3
     assert starts["urgent"] < min(starts["lo0"], starts["lo1"])
+
+
+def test_a_stop_string_across_a_preemption_stops_at_the_right_place(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The preemption cuts the stream inside its stop string: the victim generated (and held
+    back) the start of it, its resumed run the rest."""
+    raw = chat(cluster, "sk-lo", 400, stream=True)
+    tokens = [
+        c.choices[0].delta.content for c in raw.parse() if c.choices and c.choices[0].delta.content
+    ]
+    assert len(tokens) == 400  # one chunk per token
+    text = "".join(tokens)
+    offset = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens) + 1)]
+    first, last = 60, 360  # the stop string: these tokens' text (wide: under load cuts come late)
+    stop = text[offset[first] : offset[last]]
+    assert text.find(stop) == offset[first]
+
+    assert cluster.gateway is not None
+    pool = cluster.gateway.scheduler.pools["sim-llama"]
+
+    async def running() -> list[Job]:
+        return list(pool.running)
+
+    def preempt_inside() -> None:
+        until(lambda: cluster.run(running()), 20.0, "the victim runs")
+        [victim] = cluster.run(running())
+        until(lambda: len(victim.generated) >= first + 2, 20.0, "the stop string began")
+        stream_text(cluster, "sk-hi", 20)
+
+    caplog.set_level(logging.INFO, logger="gateway.runtime.scheduler")
+    before = sum(pool.preemptions.values())
+    high = threading.Thread(target=preempt_inside)
+    high.start()
+    raw = chat(cluster, "sk-lo", 400, stream=True, stop=[stop])
+    pieces, finish = [], None
+    for chunk in raw.parse():
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    high.join(30)
+    assert finish == "stop"
+    assert "".join(pieces) == text[: offset[first]]
+    assert sum(pool.preemptions.values()) == before + 1
+    cuts = [
+        int(m.group(1))
+        for r in caplog.records
+        if (m := re.search(r"preempted after (\d+) tokens", r.getMessage()))
+    ]
+    assert len(cuts) == 1 and first < cuts[0] < last, cuts  # the cut is inside the stop string
 
 
 def start_blocker(cluster: Cluster, tokens: int, run: Any = None) -> threading.Thread:
