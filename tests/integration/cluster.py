@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,13 +36,19 @@ class Cluster:
         sidecars: list[dict[str, Any]],
         config_path: Path | None = None,
         linked: list[int] | None = None,
+        external: list[tuple[str, str]] | None = None,
+        before_gateway: Callable[[list[Sidecar]], Awaitable[None]] | None = None,
     ) -> None:
         """`linked`: the sidecars the gateway's config lists (default all); with `config_path`
-        the config is written there and the gateway reloads it."""
+        the config is written there and the gateway reloads it. `external`: (name, address) of
+        sidecars that run elsewhere (their own processes), listed too. `before_gateway` runs
+        on the cluster's loop once the sidecars are up, before the gateway starts."""
         self._gateway_yaml = gateway_yaml
         self._sidecar_specs = sidecars
         self.config_path = config_path
         self._linked = linked
+        self._external = external or []
+        self._before_gateway = before_gateway
         self.sidecars: list[Sidecar] = []
         self.gateway: Gateway | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -76,6 +82,7 @@ class Cluster:
             f"address: '127.0.0.1:{self.sidecars[i].port}'}}"
             for i in linked
         ]
+        lines += [f"  - {{name: {name}, address: '{address}'}}" for name, address in self._external]
         return "\n".join(lines) + "\n"
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -101,6 +108,8 @@ class Cluster:
                 sidecar = Sidecar(cfg)
                 await sidecar.start()
                 self.sidecars.append(sidecar)
+            if self._before_gateway is not None:
+                await self._before_gateway(self.sidecars)
             linked = range(len(self.sidecars)) if self._linked is None else self._linked
             text = self.config_text(self._gateway_yaml, list(linked))
             if self.config_path is not None:

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import grpc
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from engine_sidecar.backends.sim import SimConfig, SimFaults
 from tests.integration.cluster import Cluster
+from tests.integration.poll import until
 from tests.integration.test_cancellation import running, wait_for
 
 GATEWAY = "gateway: {request_timeout_s: 1.5, first_token_timeout_s: 0.5}"
@@ -43,6 +44,17 @@ def hung() -> Iterator[Cluster]:
     c.stop()
 
 
+def timeouts(c: Cluster) -> float:
+    """The gateway's count of requests that ended at a deadline."""
+    text = httpx.get(f"{c.http_url}/metrics", timeout=10).text
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "shardgate_requests_total" and s.labels.get("outcome") == "timeout"
+    )
+
+
 def chat(stream: bool, max_tokens: int = 3000) -> dict[str, object]:
     return {
         "model": "sim-llama",
@@ -56,7 +68,7 @@ def chat(stream: bool, max_tokens: int = 3000) -> dict[str, object]:
 def test_an_engine_that_hangs_gets_a_504_and_an_abort(hung: Cluster) -> None:
     r = httpx.post(f"{hung.http_url}/v1/chat/completions", json=chat(False), timeout=10)
     assert r.status_code == 504
-    assert r.json()["error"]["type"]
+    assert r.json()["error"]["type"] == "timeout"
     assert wait_for(lambda: running(hung) == 0, 5.0)
 
 
@@ -120,7 +132,9 @@ def test_a_client_that_stopped_reading_is_cut_off_at_the_deadline() -> None:
             return pool is not None and not pool.running and running(c) == 0
 
         assert wait_for(engine_done, 10.0)
-        time.sleep(2.0)  # past the deadline (1.5 s)
+        # The gateway ends the request at its deadline (1.5 s) while the client still reads
+        # nothing: the request is counted as timed out before the client reads a byte.
+        until(lambda: timeouts(c) == 1, 10.0, "the request timed out")
         sock.settimeout(5)
         received = b""
         while data := sock.recv(1 << 16):

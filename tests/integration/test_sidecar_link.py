@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from engine_sidecar.backends.sim.config import SimFaults
 from engine_sidecar.backends.sim.engine import SimBackend
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.server import Sidecar
+from gateway import tasks
 from gateway.upstream.grpc_link import LINK_METADATA
 
 
@@ -311,30 +313,36 @@ async def test_set_faults_stops_heartbeats_and_hangs_the_engine() -> None:
             call = stub.Link(metadata=LINK_METADATA)
             first = await asyncio.wait_for(call.read(), 10)
             assert first.HasField("info")
+            opened = time.monotonic()
             await call.write(pb.LinkRequest(submits=[submit(1, 100)]))
-            messages: asyncio.Queue[pb.LinkResponse] = asyncio.Queue()
+            got: list[pb.LinkResponse] = []
 
             async def pump() -> None:
                 while (msg := await call.read()) is not grpc.aio.EOF:
-                    messages.put_nowait(msg)
+                    got.append(msg)
+
+            def tokens(msgs: list[pb.LinkResponse]) -> int:
+                return sum(len(d.token_ids) for m in msgs for d in m.deltas)
 
             reader = asyncio.create_task(pump())
-            await asyncio.sleep(1.0)
-            got = [messages.get_nowait() for _ in range(messages.qsize())]
+            engine = s.backend
+            assert isinstance(engine, SimBackend)
+            await eventually(lambda: engine.hung and tokens(got) == 10)  # hung after 10
+            # What is asserted of the hang holds over a window of 10 heartbeat intervals.
+            await eventually(lambda: time.monotonic() - opened >= 10 * 0.05)
+            hung = len(got)
             assert not any(m.HasField("load") for m in got)
-            assert sum(len(d.token_ids) for m in got for d in m.deltas) == 10  # hung after 10
+            assert tokens(got) == 10
             await stub.SetFaults(pb.Faults(), timeout=5)  # clear: heartbeats and tokens resume
-            tokens, beats, finished = 0, 0, False
-            async with asyncio.timeout(20):
-                while not (finished and beats):
-                    msg = await messages.get()
-                    tokens += sum(len(d.token_ids) for d in msg.deltas)
-                    finished = finished or any(d.finish for d in msg.deltas)
-                    beats += msg.HasField("load")
-            assert tokens == 90
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                await reader
+
+            def resumed() -> bool:
+                after = got[hung:]
+                finished = any(d.finish for m in after for d in m.deltas)
+                return finished and any(m.HasField("load") for m in after)
+
+            await eventually(resumed, 20)
+            assert tokens(got[hung:]) == 90
+            await tasks.stop(reader)
             call.cancel()
     finally:
         await s.stop(0.5)

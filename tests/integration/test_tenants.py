@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
 import time
 import urllib.error
@@ -19,7 +21,9 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from engine_sidecar.backends.sim import SimConfig
+from gateway.runtime.job import Job
 from tests.integration.cluster import Cluster
+from tests.integration.poll import until
 from tests.unit.observability.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,6 +213,108 @@ def test_preempted_stream_pauses_and_resumes_with_identical_text(cluster: Cluste
     assert sum(pool.preemptions.values()) == before + 1
 
 
+def test_x_priority_is_capped_at_the_tenants_maximum(cluster: Cluster) -> None:
+    def served(cls: str) -> float:
+        return total(
+            samples(cluster), "shardgate_requests_total", outcome="length", **{"class": cls}
+        )
+
+    asked = [
+        ("sk-lo", "50", "10"),
+        ("sk-tiny", "10", "1"),
+        ("sk-lo", "3", "3"),
+        ("sk-hi", "-5", "-5"),
+    ]
+    for key, priority, expected in asked:
+        before = {c: served(c) for c in ("10", "3", "1", "0", "-5")}
+        chat(cluster, key, 2, extra_headers={"x-priority": priority})
+        after = {c: served(c) for c in before}
+        grew = {c for c in before if after[c] != before[c]}
+        assert grew == {expected}, (key, priority)
+        assert after[expected] == before[expected] + 1
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(cluster, "sk-lo", 2, extra_headers={"x-priority": "urgent"})
+    assert e.value.response.json()["error"]["param"] == "x-priority"
+
+
+def test_x_priority_puts_a_request_ahead_of_its_tenants_earlier_ones(cluster: Cluster) -> None:
+    starts: dict[str, float] = {}
+
+    def run(name: str, **kw: Any) -> None:
+        _, n, first = stream_text(cluster, "sk-lo", 40, **kw)
+        assert n == 40
+        starts[name] = first
+
+    # The blocker (class 10) holds the only slot and cannot be preempted.
+    blocker = start_blocker(cluster, 600)
+    lows = [threading.Thread(target=run, args=(f"lo{i}",)) for i in range(2)]
+    for t in lows:
+        t.start()
+    assert cluster.gateway is not None
+    queue = cluster.gateway.scheduler.pools["sim-llama"].queue
+    until(lambda: len(queue) == 2, 20.0, "both class-0 requests wait")
+    urgent = threading.Thread(
+        target=run, args=("urgent",), kwargs={"extra_headers": {"x-priority": "5"}}
+    )
+    urgent.start()
+    until(lambda: len(queue) == 3, 20.0, "the class-5 request waits too")
+    for t in [blocker, *lows, urgent]:
+        t.join(60)
+    assert len(starts) == 3
+    assert starts["urgent"] < min(starts["lo0"], starts["lo1"])
+
+
+def test_a_stop_string_across_a_preemption_stops_at_the_right_place(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The preemption cuts the stream inside its stop string: the victim generated (and held
+    back) the start of it, its resumed run the rest."""
+    raw = chat(cluster, "sk-lo", 400, stream=True)
+    tokens = [
+        c.choices[0].delta.content for c in raw.parse() if c.choices and c.choices[0].delta.content
+    ]
+    assert len(tokens) == 400  # one chunk per token
+    text = "".join(tokens)
+    offset = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens) + 1)]
+    first, last = 60, 360  # the stop string: these tokens' text (wide: under load cuts come late)
+    stop = text[offset[first] : offset[last]]
+    assert text.find(stop) == offset[first]
+
+    assert cluster.gateway is not None
+    pool = cluster.gateway.scheduler.pools["sim-llama"]
+
+    async def running() -> list[Job]:
+        return list(pool.running)
+
+    def preempt_inside() -> None:
+        until(lambda: cluster.run(running()), 20.0, "the victim runs")
+        [victim] = cluster.run(running())
+        until(lambda: len(victim.generated) >= first + 2, 20.0, "the stop string began")
+        stream_text(cluster, "sk-hi", 20)
+
+    caplog.set_level(logging.INFO, logger="gateway.runtime.scheduler")
+    before = sum(pool.preemptions.values())
+    high = threading.Thread(target=preempt_inside)
+    high.start()
+    raw = chat(cluster, "sk-lo", 400, stream=True, stop=[stop])
+    pieces, finish = [], None
+    for chunk in raw.parse():
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    high.join(30)
+    assert finish == "stop"
+    assert "".join(pieces) == text[: offset[first]]
+    assert sum(pool.preemptions.values()) == before + 1
+    cuts = [
+        int(m.group(1))
+        for r in caplog.records
+        if (m := re.search(r"preempted after (\d+) tokens", r.getMessage()))
+    ]
+    assert len(cuts) == 1 and first < cuts[0] < last, cuts  # the cut is inside the stop string
+
+
 def start_blocker(cluster: Cluster, tokens: int, run: Any = None) -> threading.Thread:
     """A class-10 stream holding the pool's only slot, started (first token seen)."""
     started = threading.Event()
@@ -240,7 +346,9 @@ def test_queue_bounds_reject_and_nothing_hangs(cluster: Cluster) -> None:
 
     t = threading.Thread(target=queued)
     t.start()
-    time.sleep(0.1)
+    assert cluster.gateway is not None
+    queue = cluster.gateway.scheduler.pools["sim-llama"].queue
+    until(lambda: len(queue) == 1, 10.0, "the first class-1 request waits")
     with pytest.raises(openai.APIStatusError) as e:  # class 1 holds one waiter at most
         chat(cluster, "sk-tiny", 4)
     assert e.value.status_code in (429, 503)
@@ -270,33 +378,53 @@ def test_grpc_rate_limit_and_auth_status_codes(cluster: Cluster) -> None:
         assert int(trailing["retry-after"]) >= 1
 
 
-def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -> None:
-    # Runs last in this module: every test above left requests, rejections and a preemption.
+def samples(cluster: Cluster) -> dict[str, list[tuple[dict[str, str], float]]]:
     with urllib.request.urlopen(f"{cluster.http_url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            samples.setdefault(s.name, []).append((s.labels, s.value))
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
 
-    def total(name: str, **labels: str) -> float:
-        return sum(
-            v
-            for lab, v in samples.get(name, [])
-            if all(lab.get(k) == want for k, want in labels.items())
-        )
 
-    assert total("shardgate_requests_total", model="sim-llama", outcome="length") >= 5
-    assert total("shardgate_requests_total", outcome="client_gone") >= 1
-    assert total("shardgate_rejections_total", reason="rate_requests") >= 1
-    assert total("shardgate_rejections_total", reason="rate_tokens") >= 1
-    assert total("shardgate_rejections_total", reason="queue_timeout") >= 1
-    assert total("shardgate_preemptions_total", model="sim-llama", **{"class": "0"}) >= 1
-    assert total("shardgate_completion_tokens_total", tenant="lo", model="sim-llama") >= 400
-    assert total("shardgate_time_to_first_token_seconds_count", model="sim-llama") >= 5
-    assert total("shardgate_inter_token_latency_seconds_count", model="sim-llama") >= 400
-    assert total("shardgate_queue_wait_seconds_count", model="sim-llama") >= 5
-    assert samples["shardgate_link_heartbeat_age_seconds"]
+def total(
+    samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str
+) -> float:
+    return sum(
+        v
+        for lab, v in samples.get(name, [])
+        if all(lab.get(k) == want for k, want in labels.items())
+    )
+
+
+def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -> None:
+    # The mixed load is this test's own (the scenarios above, run again), whatever ran before.
+    before = samples(cluster)
+    test_free_gets_429_at_the_third_quick_request_then_succeeds_after_retry_after(cluster)
+    test_unused_tokens_are_refunded(cluster)
+    test_preempted_stream_pauses_and_resumes_with_identical_text(cluster)
+    test_queue_bounds_reject_and_nothing_hangs(cluster)
+    after = samples(cluster)
+
+    def grew(name: str, **labels: str) -> float:
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    # Free: 3 served, 1 refused; meter: refused, then 2 closed early; preemption: 2 lo runs of
+    # 400 tokens (one preempted once) and 1 hi; queue bounds: the blocker served, 2 refused.
+    assert grew("shardgate_requests_total", outcome="length") == 7
+    assert grew("shardgate_requests_total", outcome="client_gone") == 2
+    for reason in ("rate_requests", "queue_full", "queue_timeout"):
+        assert grew("shardgate_rejections_total", reason=reason) == 1, reason
+    # Meter polls until its refund lands: refused once at least, more often under load.
+    assert grew("shardgate_rejections_total", reason="rate_tokens") >= 1
+    assert grew("shardgate_preemptions_total", model="sim-llama", **{"class": "0"}) == 1
+    assert grew("shardgate_completion_tokens_total", tenant="lo", model="sim-llama") == 800
+    assert grew("shardgate_time_to_first_token_seconds_count", model="sim-llama") >= 5
+    assert grew("shardgate_inter_token_latency_seconds_count", model="sim-llama") >= 400
+    assert grew("shardgate_queue_wait_seconds_count", model="sim-llama") >= 5
+    assert after["shardgate_link_heartbeat_age_seconds"]
+    samples_ = after
 
     # Every metric the Grafana dashboard queries exists on this live gateway, except the
     # sidecar's own (vllm:*, shardgate_sidecar_*) and series that need a priced model.
@@ -309,9 +437,9 @@ def test_metrics_after_a_mixed_load_have_the_expected_series(cluster: Cluster) -
         if not n.startswith(("vllm:", "shardgate_sidecar_"))
         and n not in ("shardgate_cost_usd_total", "shardgate_tenant_budget_usd")
     }
-    live = {name for name in samples} | {
+    live = {name for name in samples_} | {
         name.removesuffix(suffix)
-        for name in samples
+        for name in samples_
         for suffix in ("_bucket", "_count", "_sum", "_total")
     }
     assert wanted - live == set()

@@ -165,10 +165,16 @@ def test_specs_are_plain_config() -> None:
 
 def test_router_carry_over_keeps_the_prefix_index() -> None:
     old = Router(RoutingSettings(), None, random.Random(0))
-    pool = [rep("a"), rep("b")]
+    pool = [rep("a"), rep("b"), rep("c")]
     f = req(hashes=(1, 2))
     first = old.profile.route(f, pool, 0.0)
-    new = Router(RoutingSettings(seed=3), None, random.Random(0))
+    assert first is not None
+    # The owner is now busier than the others, within the prefix load bound: only what the
+    # old router learned keeps the request there (load alone picks one of the idle ones).
+    first.running = 1
+    fresh = Router(RoutingSettings(seed=3), None, random.Random(1))
+    assert fresh.profile.route(f, pool, 0.0) is not first
+    new = Router(RoutingSettings(seed=3), None, random.Random(1))
     new.carry_over(old)
     assert new.profile.route(f, pool, 0.0) is first
     other_hashing = Router(
@@ -177,3 +183,4 @@ def test_router_carry_over_keeps_the_prefix_index() -> None:
     other_hashing.carry_over(old)
     prefix = other_hashing.profile.scorers[1][0]
     assert isinstance(prefix, Prefix) and prefix.indexes == {}
+    assert other_hashing.profile.route(f, pool, 0.0) is not first
