@@ -167,11 +167,13 @@ class HttpApi:
         """This process's exposition, replica states read now."""
         now = time.monotonic()
         outliers = self._service.scheduler.supervisor.outliers
-        for r in self._fleet.assembly.replicas:
-            self._metrics.known_replica(r.name)
+        names = [r.name for r in self._fleet.assembly.replicas]
+        for name in names:
+            self._metrics.known_replica(name)
         states = self._fleet.replica_states(lambda name: outliers.is_ejected(name, now))
         for address, state in states.items():
             self._metrics.set_replica_state(address, state)
+        self._metrics.keep_replicas(states.keys(), names)
         return self._metrics.render()[0]
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -13,9 +13,8 @@ loop thread.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
@@ -129,6 +128,8 @@ class GatewayMetrics:
         self._ejections = Counter(
             "shardgate_ejections", "Outlier ejections.", ["replica"], registry=r
         )
+        self._sidecars_seen: set[str] = set()
+        self._replicas_seen: set[str] = set()
         self._replica_state = Gauge(
             "shardgate_replica_state",
             "0 down, 1 suspect, 2 up, 3 ejected.",
@@ -311,19 +312,27 @@ class GatewayMetrics:
     def known_replica(self, replica: str) -> None:
         """Its ejection counter exists (at 0) before the first ejection."""
         self._ejections.labels(replica)
+        self._replicas_seen.add(replica)
 
     def ejected(self, replica: str) -> None:
         """`replica` is a replica's name (a sidecar, or a shard group, from config)."""
         self._ejections.labels(replica).inc()
+        self._replicas_seen.add(replica)
 
     def set_replica_state(self, replica: str, state: ReplicaState) -> None:
+        """`replica` here is a sidecar's address."""
         self._replica_state.labels(replica).set(int(state))
+        self._sidecars_seen.add(replica)
 
-    def forget_replica(self, replica: str) -> None:
-        """A sidecar left the config: drop its series."""
-        for metric in (self._replica_state, self._ejections):
-            with contextlib.suppress(KeyError):
-                metric.remove(replica)
+    def keep_replicas(self, sidecars: Collection[str], replicas: Collection[str]) -> None:
+        """Drop the series of sidecars (by address) and replicas (by name) that are gone: a
+        reload removed them, and a removed replica must not go on showing as up."""
+        for gone in self._sidecars_seen.difference(sidecars):
+            self._replica_state.remove(gone)
+            self._sidecars_seen.discard(gone)
+        for gone in self._replicas_seen.difference(replicas):
+            self._ejections.remove(gone)
+            self._replicas_seen.discard(gone)
 
     def set_config(self, version: int, config_hash: str) -> None:
         """The config in force; `config_hash` is a hex digest (at most 64 digits)."""

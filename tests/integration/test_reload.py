@@ -220,11 +220,6 @@ def metric_labels(c: Cluster, name: str) -> set[str]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a removed sidecar keeps its shardgate_replica_state and shardgate_ejections_total "
-    "series (Metrics.forget_replica exists but nothing calls it)",
-)
 def test_a_removed_sidecar_leaves_the_replica_metrics(cluster: Cluster) -> None:
     removed = f"127.0.0.1:{cluster.sidecars[1].port}"
     eventually(lambda: removed in metric_labels(cluster, "shardgate_replica_state"))
