@@ -138,6 +138,8 @@ class BackendInfo:
     models: tuple[ModelCard, ...]
     max_num_seqs: int
     extra: dict[str, str] = field(default_factory=dict)
+    # The optional sampling fields the engine honours (shardgate/v1/params.py OPTIONAL).
+    capabilities: frozenset[str] = frozenset()
 
 
 DeltaSink = Callable[[list[EngineDelta]], None]

@@ -98,3 +98,4 @@ def fill_info(
     m.max_num_seqs = info.max_num_seqs
     m.heartbeat_interval_s = heartbeat_interval_s
     m.protocol_version = params.PROTOCOL_VERSION
+    m.capabilities.extend(sorted(info.capabilities))

@@ -53,6 +53,8 @@ class Fleet:
         self.assembly: Assembly = assemble(())
         # Every model announced so far -> its max_model_len (kept while its replicas are down).
         self.seen_models: dict[str, int] = {}
+        # Every model announced so far -> the optional sampling fields all its engines honour.
+        self.capabilities: dict[str, frozenset[str]] = {}
         self.on_change: Callable[[], None] | None = None  # capacity may have changed
         self.stalls = StallDetector(self.health.stall_timeout_s)
         self.stalled: frozenset[str] = frozenset()  # sidecars whose engine stalled
@@ -214,6 +216,14 @@ class Fleet:
         self._states = states
         for model, replicas in self.assembly.pools.items():
             self.seen_models[model] = max(r.models.get(model, 0) for r in replicas)
+        caps: dict[str, frozenset[str]] = {}
+        for link in self.links:
+            if link.info is not None:
+                for model in link.info.models:
+                    have = caps.get(model)
+                    mine = link.info.capabilities
+                    caps[model] = mine if have is None else have & mine
+        self.capabilities.update(caps)
         for replica in broken_since(old, self.assembly):
             head = self.by_name.get(replica.head)
             if head is not None and head.streams:

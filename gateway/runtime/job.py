@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from shardgate.v1.params import not_resumable
+
 from gateway.runtime.events import EventQueue, Failed, Finished, Left
 from gateway.runtime.lifecycle import TABLE, Move, State, stale
 from gateway.runtime.stream import ResponseStream
@@ -60,6 +62,7 @@ class Job:
         "observe_itl",
         "out",
         "outcome",
+        "pinned",
         "preemptions",
         "priority",
         "prompt_tokens",
@@ -91,6 +94,8 @@ class Job:
         self.priority = priority
         self.arrival = arrival
         self.generated: list[int] = []
+        # What keeps it from resuming exactly elsewhere (empty: it can resume).
+        self.pinned = not_resumable(request.sampling)
         self.prompt_tokens = 0
         self.state = State.QUEUED
         self.attempt = 0  # placements so far: an event of an earlier attempt is stale
@@ -129,8 +134,9 @@ class Job:
 
     @property
     def preemptible(self) -> bool:
-        """On an engine now (not finishing): a higher class may take its slot."""
-        return self.state is _PLACED or self.state is _STREAMING
+        """On an engine now (not finishing) and able to resume: a higher class may take its
+        slot."""
+        return (self.state is _PLACED or self.state is _STREAMING) and not self.pinned
 
     # -- from the link reader (the token path: no await, no other request touched) ---------
     def push(self, d: Delta) -> None:

@@ -297,6 +297,11 @@ class Scheduler:
             if moved:
                 return
         job.outcome = "error"
+        if job.pinned and job.generated:
+            error = type(error)(
+                f"{error.message} The stream cannot resume on another replica: "
+                f"{', '.join(job.pinned)} would not apply to the tokens it already has."
+            )
         self._end(pool, job, error)
         self._dispatch(pool, self._clock())
         self._arm()

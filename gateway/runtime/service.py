@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from shardgate.v1.params import asked
+
 from gateway.observability.labels import RejectReason, reason_of
 from gateway.observability.metrics import GatewayMetrics
 from gateway.policy.admission import Admission, Rejected, estimate_tokens
@@ -13,7 +15,14 @@ from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.stream import ResponseStream
-from gateway.types import GatewayError, GenerationRequest, ModelNotFound, RateLimited, Unavailable
+from gateway.types import (
+    GatewayError,
+    GenerationRequest,
+    InvalidRequest,
+    ModelNotFound,
+    RateLimited,
+    Unavailable,
+)
 
 
 def reject_reason(r: Rejected) -> RejectReason:
@@ -55,6 +64,7 @@ class Service:
         if not self.fleet.knows(req.model) and req.model not in self.fallbacks:
             raise ModelNotFound(f"The model `{req.model}` does not exist.", "model")
         req.model = self.degrade(req.model)
+        self._check_capabilities(req)
         priority = tenant.priority(req.model, req.priority)
         req.priority = priority
         estimate = estimate_tokens(req)
@@ -84,6 +94,18 @@ class Service:
             e.headers = (*ticket.headers, *e.headers)
             raise
         return job
+
+    def _check_capabilities(self, req: GenerationRequest) -> None:
+        """A field the model's engines cannot honour is refused by name, never ignored."""
+        wanted = asked(req.sampling)
+        if not wanted:
+            return
+        honoured = self.fleet.capabilities.get(req.model, frozenset())
+        for name in wanted:
+            if name not in honoured:
+                raise InvalidRequest(
+                    f"model {req.model}: {name} is not supported by its engine.", name
+                )
 
     def degrade(self, model: str) -> str:
         """The model to serve: `model`, or down its fallback chain while it is saturated."""

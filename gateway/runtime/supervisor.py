@@ -109,7 +109,7 @@ class Supervisor:
         if attempts is None:
             return Recovery.END
         if job.generated:
-            if not self.retry.may_migrate(attempts):
+            if job.pinned or not self.retry.may_migrate(attempts):
                 return Recovery.END
             self.migrations += 1
             return Recovery.MIGRATE

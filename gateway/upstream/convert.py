@@ -30,6 +30,7 @@ class EndpointInfo:
     world_size: int
     max_num_seqs: int
     heartbeat_interval_s: float
+    capabilities: frozenset[str] = frozenset()  # optional sampling fields its engine honours
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ def endpoint_info(m: pb.InfoReply) -> EndpointInfo:
         world_size=max(1, m.world_size),
         max_num_seqs=m.max_num_seqs,
         heartbeat_interval_s=m.heartbeat_interval_s,
+        capabilities=frozenset(m.capabilities),
     )
 
 

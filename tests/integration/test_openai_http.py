@@ -209,3 +209,46 @@ def test_unknown_route_is_json_404(cluster: Cluster) -> None:
     status, payload, _ = post(cluster, "/v1/nothing", b"{}")
     assert status == 404
     assert payload["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"presence_penalty": 0.5}, "presence_penalty"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"logit_bias": {"5": 10}}, "logit_bias"),
+        ({"extra_body": {"min_p": 0.1}}, "min_p"),
+        ({"extra_body": {"repetition_penalty": 1.3}}, "repetition_penalty"),
+        ({"extra_body": {"stop_token_ids": [3]}}, "stop_token_ids"),
+        ({"extra_body": {"min_tokens": 2}}, "min_tokens"),
+    ],
+)
+def test_a_field_the_engine_cannot_honour_is_400_naming_it(
+    client: openai.OpenAI, extra: dict[str, Any], param: str
+) -> None:
+    """The sim announces none of these: never answered as if they had not been asked."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="sim-llama", messages=MESSAGES, max_tokens=4, **extra)
+    body = e.value.body
+    assert isinstance(body, dict)
+    assert body["param"] == param
+    assert body["message"] == f"model sim-llama: {param} is not supported by its engine."
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"extra_body": {"structured_outputs": {"choice": ["a"]}}}, "structured_outputs"),
+    ],
+)
+def test_what_the_gateway_does_not_serve_is_400_naming_it(
+    client: openai.OpenAI, extra: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="sim-llama", messages=MESSAGES, max_tokens=4, **extra)
+    body = e.value.body
+    assert isinstance(body, dict) and body["param"] == param

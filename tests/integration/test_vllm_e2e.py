@@ -163,3 +163,29 @@ async def test_sidecar_announces_the_engine(cluster: VllmCluster) -> None:
     assert reply.models[0].max_model_len > 0
     assert reply.load.ready
     assert cluster.sidecar.backend.healthy()
+
+
+async def test_sampling_fields_reach_the_engine(client: openai.AsyncOpenAI) -> None:
+    """vLLM announces them: the fields change what it generates (never accepted and ignored)."""
+
+    async def text(**extra: Any) -> str:
+        out = await client.completions.create(
+            model=MODEL, prompt="Tell me", max_tokens=8, temperature=0.0, **extra
+        )
+        return out.choices[0].text
+
+    plain = await text(extra_body={"ignore_eos": True})
+    only = await text(extra_body={"ignore_eos": True, "allowed_token_ids": [300]})
+    biased = await text(logit_bias={"300": 100}, extra_body={"ignore_eos": True})
+    assert only == biased  # token 300, eight times: both fields took effect
+    assert only != plain and len(set(only.split())) <= 1
+    early = await client.completions.create(
+        model=MODEL,
+        prompt="Tell me",
+        max_tokens=8,
+        temperature=0.0,
+        extra_body={"allowed_token_ids": [300, 2], "logit_bias": {"2": 100}, "min_tokens": 5},
+    )  # token 2 (the end of text) is the likeliest, but not within the first 5 tokens
+    assert early.choices[0].finish_reason == "stop"
+    # Five tokens, then the end-of-text token (which vLLM counts as generated).
+    assert early.usage is not None and early.usage.completion_tokens == 6

@@ -16,7 +16,19 @@ from gateway.upstream import convert as gateway
 REQUEST = GenerationRequest(
     "r-1",
     "m",
-    Sampling(max_tokens=9, temperature=0.5, top_p=0.9, top_k=4, seed=7, stop=("x",)),
+    Sampling(
+        max_tokens=9,
+        temperature=0.5,
+        top_p=0.9,
+        top_k=4,
+        seed=7,
+        stop=("x",),
+        presence_penalty=0.5,
+        logit_bias={5: -100.0, 9: 2.5},
+        stop_token_ids=(2,),
+        min_tokens=3,
+        allowed_token_ids=(5, 9),
+    ),
     messages=(Message("system", "be brief"), Message("user", "hi")),
     priority=3,
     lora="a1",
@@ -59,6 +71,18 @@ def test_both_transports_deliver_the_parameters_unchanged() -> None:
     for f in msgspec.structs.fields(params.Generation):
         if f.name != "prompt" and f.name != "prompt_token_ids":
             assert getattr(REQUEST.engine, f.name) != getattr(defaults, f.name), f.name
+
+
+def test_asked_names_the_optional_fields_off_their_defaults() -> None:
+    assert params.asked(REQUEST.sampling) == [
+        "presence_penalty",
+        "logit_bias",
+        "stop_token_ids",
+        "min_tokens",
+        "allowed_token_ids",
+    ]
+    assert params.asked(Sampling(max_tokens=3)) == []
+    assert params.not_resumable(REQUEST.sampling) == ["presence_penalty"]
 
 
 def test_malformed_parameters_are_refused_by_name() -> None:

@@ -13,6 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from shardgate.v1.params import OPTIONAL
+
 from engine_sidecar.backend import (
     BackendInfo,
     DeltaSink,
@@ -79,7 +81,10 @@ class TritonBackend:
         c = self.config
         card = ModelCard(c.served_name, c.max_model_len, tuple(sorted(c.loras)))
         extra = {"engine": "triton", "convention": c.convention, "url": c.url}
-        return BackendInfo("triton", (card,), c.max_num_seqs, extra)
+        # Triton's vLLM backend takes vLLM's sampling parameters as they are; the TensorRT-LLM
+        # convention maps only the base ones.
+        caps = frozenset(OPTIONAL) if c.convention == "vllm" else frozenset()
+        return BackendInfo("triton", (card,), c.max_num_seqs, extra, caps)
 
     async def start(self, sink: DeltaSink) -> None:
         if self._client is not None:

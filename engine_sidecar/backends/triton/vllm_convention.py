@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shardgate.v1.params import asked
+
 from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
 from engine_sidecar.backends.common.detokenizer import whole_text
 from engine_sidecar.backends.common.prompts import Limits, check_request, too_long
@@ -98,6 +100,11 @@ class VllmConvention:
             params["seed"] = s.seed
         if s.stop:
             params["stop"] = list(s.stop)
+        for name in asked(s):  # Triton's vLLM backend takes vLLM's SamplingParams as they are
+            value = getattr(s, name)
+            params[name] = (
+                {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
+            )
         if r.lora:
             params["lora_name"] = r.lora
         return params

@@ -35,7 +35,12 @@ from engine_sidecar.backends.vllm.engine import (
 )
 from engine_sidecar.backends.vllm.errors import error_delta
 from engine_sidecar.backends.vllm.outputs import to_delta
-from engine_sidecar.backends.vllm.sampling import LoraRequests, engine_priority, sampling_params
+from engine_sidecar.backends.vllm.sampling import (
+    CAPABILITIES,
+    LoraRequests,
+    engine_priority,
+    sampling_params,
+)
 from engine_sidecar.backends.vllm.text import own_text
 
 log = logging.getLogger(__name__)
@@ -76,7 +81,7 @@ class VllmBackend:
         card = ModelCard(c.served_name, self._limits.max_model_len, tuple(sorted(c.loras)))
         extra = {"engine": "vllm", "tp": str(c.tensor_parallel_size)}
         extra["pp"] = str(c.pipeline_parallel_size)
-        return BackendInfo("vllm", (card,), self._max_num_seqs, extra)
+        return BackendInfo("vllm", (card,), self._max_num_seqs, extra, CAPABILITIES)
 
     async def start(self, sink: DeltaSink) -> None:
         if self.engine is not None:
@@ -173,7 +178,9 @@ class VllmBackend:
         priority = engine_priority(r.priority, self.config.scheduling_policy)
         try:
             text = own_text(engine.tokenizer, p.prompt_ids, r.resume_token_ids, r.sampling.stop)
-            params = sampling_params(r.sampling, p.max_tokens, detokenize=text is None)
+            params = sampling_params(
+                r.sampling, p.max_tokens, detokenize=text is None, resumed=len(r.resume_token_ids)
+            )
             outputs = engine.llm.generate(
                 TokensPrompt(prompt_token_ids=p.engine_ids),
                 params,

@@ -2,8 +2,11 @@
 
 The bodies are those of POST /v1/chat/completions and POST /v1/completions as the official
 `openai` SDK sends them. Unknown fields are ignored (like vLLM); known fields that ask for
-something the gateway cannot do (n > 1, logprobs, echo, best_of > 1) are rejected with a 400
-naming the field, and so is a body nested too deeply for the decoder. Every error is an
+something the gateway does not serve yet (n > 1, logprobs, echo, best_of > 1, structured
+outputs, tools, chat template controls, ...) are rejected with a 400 naming the field, never
+answered as if they had not been asked; sampling fields beyond the base ones are decoded and
+refused later, by name, when the model's engine does not honour them (runtime/service.py);
+a body nested too deeply for the decoder is a 400 too. Every error is an
 `InvalidRequest` whose `param` is the field as OpenAI names it, e.g. ``"messages[0].content"``.
 
 This is the hot path of every request: each endpoint has one cached `msgspec.json.Decoder`.
@@ -40,6 +43,12 @@ _TopK = Annotated[int, msgspec.Meta(ge=-1, le=_INT32_MAX)]
 _Seed = Annotated[int, msgspec.Meta(ge=0)]  # msgspec bounds must fit int64: le checked later
 _Int32 = Annotated[int, msgspec.Meta(ge=_INT32_MIN, le=_INT32_MAX)]
 _Stop = str | Annotated[list[str], msgspec.Meta(max_length=4)]
+_Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
+_RepetitionPenalty = Annotated[float, msgspec.Meta(gt=0.0, le=_INT32_MAX)]
+_MinP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+_TokenId = Annotated[int, msgspec.Meta(ge=0, le=_INT32_MAX)]
+_Bias = Annotated[float, msgspec.Meta(ge=-100.0, le=100.0)]
+_MinTokens = Annotated[int, msgspec.Meta(ge=0, le=_INT32_MAX)]
 _Model = Annotated[str, msgspec.Meta(min_length=1)]
 
 _T = TypeVar("_T")
@@ -83,9 +92,35 @@ class _Common(msgspec.Struct, kw_only=True):
     priority: _Int32 | None = None  # vLLM extension
     echo: bool | None = None
     best_of: int | None = None
-    # Accepted and ignored because no field is declared for them: frequency_penalty,
-    # presence_penalty, logit_bias, top_logprobs, response_format, tools, tool_choice,
-    # parallel_tool_calls, metadata, store, service_tier, suffix, ...
+    # Sampling beyond the base (each needs an engine that honours it: refused by name else).
+    presence_penalty: _Penalty | None = None
+    frequency_penalty: _Penalty | None = None
+    repetition_penalty: _RepetitionPenalty | None = None  # vLLM extension
+    min_p: _MinP | None = None  # vLLM extension
+    logit_bias: dict[str, _Bias] | None = None
+    stop_token_ids: list[_TokenId] | None = None  # vLLM extension
+    include_stop_str_in_output: bool | None = None  # vLLM extension
+    min_tokens: _MinTokens | None = None  # vLLM extension
+    skip_special_tokens: bool | None = None  # vLLM extension
+    spaces_between_special_tokens: bool | None = None  # vLLM extension
+    bad_words: list[str] | None = None  # vLLM extension
+    allowed_token_ids: list[_TokenId] | None = None  # vLLM extension
+    # Not served yet: a request that asks for any of these is refused by name (a 400), never
+    # answered as if it had not asked. `None`, or the value that asks for nothing, passes.
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None  # vLLM extension
+    guided_json: Any = None  # vLLM's older structured-output fields
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    prompt_logprobs: int | None = None  # vLLM extension
+    return_token_ids: bool | None = None  # vLLM extension
+    truncate_prompt_tokens: int | None = None  # vLLM extension
+    add_special_tokens: bool | None = None  # vLLM extension
+    # Accepted and without effect on the output: user, metadata, store, service_tier,
+    # parallel_tool_calls (no tools are served), and any field not declared here.
 
 
 class ChatCompletionRequest(_Common, kw_only=True):
@@ -93,6 +128,12 @@ class ChatCompletionRequest(_Common, kw_only=True):
 
     messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
     logprobs: bool | None = None
+    top_logprobs: int | None = None
+    chat_template: str | None = None  # vLLM extensions: chat template controls
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    documents: list[Any] | None = None
 
 
 class CompletionRequest(_Common, kw_only=True):
@@ -100,6 +141,7 @@ class CompletionRequest(_Common, kw_only=True):
 
     prompt: str | list[Any]
     logprobs: int | None = None
+    suffix: str | None = None
 
 
 _CHAT_DECODER: Final = msgspec.json.Decoder(ChatCompletionRequest)
@@ -138,12 +180,26 @@ _EXPECTED: Final[dict[str, str]] = {
     "priority": "must be a 32-bit integer",
     "echo": "must be a boolean",
     "best_of": "must be an integer",
+    "presence_penalty": "must be a number between -2 and 2",
+    "frequency_penalty": "must be a number between -2 and 2",
+    "repetition_penalty": "must be a number greater than 0",
+    "min_p": "must be a number between 0 and 1",
+    "logit_bias": "must be an object mapping token ids to numbers between -100 and 100",
+    "stop_token_ids": "must be an array of token ids (integers of at least 0)",
+    "include_stop_str_in_output": "must be a boolean",
+    "min_tokens": "must be an integer of at least 0",
+    "skip_special_tokens": "must be a boolean",
+    "spaces_between_special_tokens": "must be a boolean",
+    "bad_words": "must be an array of strings",
+    "allowed_token_ids": "must be an array of token ids (integers of at least 0)",
 }
 _EXPECTED_CHAT: Final = {**_EXPECTED, "logprobs": "must be a boolean"}
 _EXPECTED_COMPLETION: Final = {**_EXPECTED, "logprobs": "must be an integer or null"}
 
 # Fields whose element errors are reported against the field itself ("stop", not "stop[2]").
-_WHOLE_FIELDS: Final = frozenset({"stop", "prompt"})
+_WHOLE_FIELDS: Final = frozenset(
+    {"stop", "prompt", "logit_bias", "stop_token_ids", "bad_words", "allowed_token_ids"}
+)
 
 _AT_PATH: Final = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _MISSING: Final = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
@@ -208,7 +264,36 @@ def _decode(decoder: msgspec.json.Decoder[_T], body: bytes, expected: dict[str, 
 # --- conversion ------------------------------------------------------------------------------
 
 
+def _not_served(name: str, what: str) -> InvalidRequest:
+    return InvalidRequest(f"{name} is not supported: {what}.", name)
+
+
+def _check_unserved(req: _Common) -> None:
+    """Fields the gateway does not serve yet, refused by name when they ask for something."""
+    fmt = req.response_format
+    if fmt is not None and fmt.get("type", "text") != "text":
+        raise _not_served("response_format", "structured outputs are not served yet")
+    for name in ("structured_outputs", "guided_json", "guided_regex", "guided_choice"):
+        if getattr(req, name) is not None:
+            raise _not_served(name, "structured outputs are not served yet")
+    if req.guided_grammar is not None:
+        raise _not_served("guided_grammar", "structured outputs are not served yet")
+    if req.tools:
+        raise _not_served("tools", "tool calling is not served yet")
+    if req.tool_choice is not None and req.tool_choice != "none":
+        raise _not_served("tool_choice", "tool calling is not served yet")
+    if req.prompt_logprobs is not None:
+        raise _not_served("prompt_logprobs", "logprobs are not served yet")
+    if req.return_token_ids:
+        raise _not_served("return_token_ids", "token ids are not returned yet")
+    if req.truncate_prompt_tokens is not None:
+        raise _not_served("truncate_prompt_tokens", "prompts are not truncated")
+    if req.add_special_tokens is not None:
+        raise _not_served("add_special_tokens", "the engine's default is used")
+
+
 def _check_common(req: _Common) -> None:
+    _check_unserved(req)
     if req.n is not None and req.n != 1:
         raise InvalidRequest("Invalid value for 'n': only n=1 is supported.", "n")
     if req.best_of is not None and req.best_of != 1:
@@ -238,6 +323,15 @@ def _sampling(req: _Common, default_max_tokens: int) -> Sampling:
     if req.seed is not None and req.seed > _UINT64_MAX:
         raise InvalidRequest(f"Invalid value for 'seed': {_EXPECTED['seed']}.", "seed")
     top_k = req.top_k
+    if req.min_tokens is not None and req.min_tokens > max_tokens:
+        raise InvalidRequest(
+            f"Invalid value for 'min_tokens': must be at most max_tokens ({max_tokens}).",
+            "min_tokens",
+        )
+    if req.allowed_token_ids is not None and not req.allowed_token_ids:
+        raise InvalidRequest(
+            "Invalid value for 'allowed_token_ids': must not be empty.", "allowed_token_ids"
+        )
     return Sampling(
         max_tokens=max_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
@@ -246,7 +340,35 @@ def _sampling(req: _Common, default_max_tokens: int) -> Sampling:
         seed=req.seed,
         stop=stop,
         ignore_eos=bool(req.ignore_eos),
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        min_p=req.min_p or 0.0,
+        logit_bias=_logit_bias(req.logit_bias),
+        stop_token_ids=tuple(req.stop_token_ids or ()),
+        include_stop_str_in_output=bool(req.include_stop_str_in_output),
+        min_tokens=req.min_tokens or 0,
+        skip_special_tokens=req.skip_special_tokens is not False,
+        spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
+        bad_words=tuple(req.bad_words or ()),
+        allowed_token_ids=(
+            tuple(req.allowed_token_ids) if req.allowed_token_ids is not None else None
+        ),
     )
+
+
+def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
+    """OpenAI's {"token id": bias}; the keys must be token ids."""
+    if not bias:
+        return None
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        if not key.isdigit() or int(key) > _INT32_MAX:
+            raise InvalidRequest(
+                f"Invalid value for 'logit_bias': {key!r} is not a token id.", "logit_bias"
+            )
+        out[int(key)] = value
+    return out
 
 
 def _request(
@@ -312,6 +434,15 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     _check_common(req)
     if req.logprobs:
         raise InvalidRequest("logprobs is not supported.", "logprobs")
+    if req.top_logprobs:
+        raise _not_served("top_logprobs", "logprobs are not served yet")
+    for name in ("chat_template", "chat_template_kwargs", "documents"):
+        if getattr(req, name):
+            raise _not_served(name, "the engine's chat template is applied as it is")
+    if req.add_generation_prompt is False:
+        raise _not_served("add_generation_prompt", "a generation prompt is always added")
+    if req.continue_final_message:
+        raise _not_served("continue_final_message", "a generation prompt is always added")
     messages = tuple([_message(i, m) for i, m in enumerate(req.messages)])
     return _request(req, request_id, default_max_tokens, messages=messages)
 
@@ -328,6 +459,8 @@ def decode_completion(
     _check_common(req)
     if req.logprobs is not None:
         raise InvalidRequest("logprobs is not supported.", "logprobs")
+    if req.suffix:
+        raise _not_served("suffix", "completions take no suffix")
     prompt = req.prompt
     if not isinstance(prompt, str):
         if len(prompt) != 1 or not isinstance(prompt[0], str):

@@ -130,7 +130,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoReply(_message.Message):
-    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s", "link_port", "protocol_version")
+    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s", "link_port", "protocol_version", "capabilities")
     SIDECAR_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,7 @@ class InfoReply(_message.Message):
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     LINK_PORT_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     sidecar_id: str
     backend: str
     models: _containers.RepeatedCompositeFieldContainer[ModelCard]
@@ -153,7 +154,8 @@ class InfoReply(_message.Message):
     heartbeat_interval_s: float
     link_port: int
     protocol_version: int
-    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ..., link_port: _Optional[int] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ..., link_port: _Optional[int] = ..., protocol_version: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LinkResponse(_message.Message):
     __slots__ = ("deltas", "load", "info")

@@ -39,6 +39,10 @@ class Message(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 class Sampling(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=True):
+    """vLLM's sampling parameters, named as its OpenAI server names them. Every engine honours
+    the first seven; each of the others, when it differs from its default (the field is asked
+    for), needs an engine that announces it among its capabilities (`OPTIONAL`)."""
+
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
@@ -46,6 +50,43 @@ class Sampling(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=T
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    logit_bias: dict[int, float] | None = None  # token id -> bias added to its logit
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    bad_words: tuple[str, ...] = ()
+    allowed_token_ids: tuple[int, ...] | None = None
+
+
+_BASE: Final = frozenset(
+    {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos"}
+)
+# The optional sampling fields and their defaults ("not asked for").
+OPTIONAL: Final[dict[str, object]] = {
+    f.name: f.default for f in msgspec.structs.fields(Sampling) if f.name not in _BASE
+}
+
+
+# Fields with which an engine cannot resume exactly: vLLM applies them to the tokens it
+# generated itself, and a resumed run sees the earlier ones as prompt. Such a request is never
+# preempted, and moves to another replica only before its first token.
+NOT_RESUMABLE: Final = ("presence_penalty", "frequency_penalty", "bad_words")
+
+
+def not_resumable(s: Sampling) -> list[str]:
+    """The fields of `s` that keep it from resuming exactly (none: it can)."""
+    return [name for name in NOT_RESUMABLE if getattr(s, name) != OPTIONAL[name]]
+
+
+def asked(s: Sampling) -> list[str]:
+    """The optional sampling fields `s` asks for (those not at their defaults), in order."""
+    return [name for name, default in OPTIONAL.items() if getattr(s, name) != default]
 
 
 class Generation(msgspec.Struct, array_like=True, gc=False, kw_only=True):

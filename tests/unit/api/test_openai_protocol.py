@@ -272,18 +272,13 @@ def test_messages_are_human(fields: dict[str, Any], message: str) -> None:
 # --- accepted and ignored ----------------------------------------------------------------------
 
 IGNORED: dict[str, Any] = {
-    "frequency_penalty": 0.5,
-    "presence_penalty": -0.5,
-    "logit_bias": {"50256": -100},
-    "top_logprobs": 3,
-    "response_format": {"type": "json_object"},
-    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
-    "tool_choice": "auto",
+    "response_format": {"type": "text"},
+    "tools": [],
+    "tool_choice": "none",
     "parallel_tool_calls": True,
     "metadata": {"k": "v"},
     "store": False,
     "service_tier": "auto",
-    "suffix": "the end",
     "user": "alice",
     "some_future_field": {"nested": [1, 2, 3]},
     "echo": False,
@@ -300,6 +295,105 @@ def test_chat_ignores_unknown_and_unsupported_but_harmless_fields() -> None:
 def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> None:
     req = decode_completion(completion(**IGNORED, logprobs=None), "rid")
     assert req == decode_completion(completion(), "rid")
+
+
+# Fields that ask for what the gateway does not serve yet: a 400 naming each, never a 200 as if
+# the field had not been sent.
+NOT_SERVED: list[tuple[str, Any]] = [
+    ("response_format", {"type": "json_object"}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+    ("structured_outputs", {"choice": ["a", "b"]}),
+    ("guided_json", {"type": "object"}),
+    ("guided_regex", "[a-z]+"),
+    ("guided_choice", ["a"]),
+    ("guided_grammar", "root ::= 'a'"),
+    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+    ("tool_choice", "auto"),
+    ("tool_choice", "required"),
+    ("prompt_logprobs", 1),
+    ("return_token_ids", True),
+    ("truncate_prompt_tokens", 8),
+    ("add_special_tokens", False),
+]
+NOT_SERVED_CHAT: list[tuple[str, Any]] = [
+    ("top_logprobs", 3),
+    ("chat_template", "{{ messages }}"),
+    ("chat_template_kwargs", {"enable_thinking": False}),
+    ("documents", [{"title": "t", "text": "x"}]),
+    ("add_generation_prompt", False),
+    ("continue_final_message", True),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), NOT_SERVED + NOT_SERVED_CHAT)
+def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> None:
+    with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
+        decode_chat(chat(**{field: value}), "rid")
+    assert e.value.param == field
+
+
+@pytest.mark.parametrize(("field", "value"), [*NOT_SERVED, ("suffix", "the end")])
+def test_completion_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> None:
+    with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
+        decode_completion(completion(**{field: value}), "rid")
+    assert e.value.param == field
+
+
+def test_sampling_fields_beyond_the_base_are_decoded_for_the_engine() -> None:
+    req = decode_chat(
+        chat(
+            max_tokens=9,
+            presence_penalty=0.5,
+            frequency_penalty=-0.5,
+            repetition_penalty=1.2,
+            min_p=0.05,
+            logit_bias={"50": -100, "7": 2.5},
+            stop_token_ids=[2, 3],
+            include_stop_str_in_output=True,
+            min_tokens=4,
+            skip_special_tokens=False,
+            spaces_between_special_tokens=False,
+            bad_words=["no"],
+            allowed_token_ids=[5, 6],
+        ),
+        "rid",
+    )
+    assert req.sampling == Sampling(
+        max_tokens=9,
+        presence_penalty=0.5,
+        frequency_penalty=-0.5,
+        repetition_penalty=1.2,
+        min_p=0.05,
+        logit_bias={50: -100.0, 7: 2.5},
+        stop_token_ids=(2, 3),
+        include_stop_str_in_output=True,
+        min_tokens=4,
+        skip_special_tokens=False,
+        spaces_between_special_tokens=False,
+        bad_words=("no",),
+        allowed_token_ids=(5, 6),
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"logit_bias": {"5": 101}}, "logit_bias"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"min_tokens": 10, "max_tokens": 5}, "min_tokens"),
+        ({"allowed_token_ids": []}, "allowed_token_ids"),
+        ({"bad_words": "no"}, "bad_words"),
+    ],
+)
+def test_bad_sampling_values_are_refused_by_name(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        decode_chat(chat(**fields), "rid")
+    assert e.value.param == param
 
 
 @pytest.mark.parametrize("decode, make", [(decode_chat, chat), (decode_completion, completion)])
@@ -549,7 +643,15 @@ def test_sdk_chat_request_decodes() -> None:
     req = decode_chat(body, "rid")
     assert req.messages == (Message("system", "Be brief."), Message("user", "hi"))
     assert req.sampling == Sampling(
-        max_tokens=12, temperature=0.2, top_p=0.5, top_k=5, seed=7, stop=("</s>",), ignore_eos=True
+        max_tokens=12,
+        temperature=0.2,
+        top_p=0.5,
+        top_k=5,
+        seed=7,
+        stop=("</s>",),
+        ignore_eos=True,
+        frequency_penalty=0.1,
+        presence_penalty=0.1,
     )
     assert (req.stream, req.include_usage, req.priority) == (True, True, 2)
 

@@ -160,10 +160,16 @@ class Runtime(RuleBasedStateMachine):
             j.out.pending = []
 
     # -- rules ---------------------------------------------------------------------------
-    @rule(priority=st.sampled_from([-1, 0, 5]), max_tokens=st.integers(1, 5))
-    def arrive(self, priority: int, max_tokens: int) -> None:
+    @rule(
+        priority=st.sampled_from([-1, 0, 5]),
+        max_tokens=st.integers(1, 5),
+        pinned=st.booleans(),
+    )
+    def arrive(self, priority: int, max_tokens: int, pinned: bool) -> None:
+        """`pinned`: a request that cannot resume exactly (presence_penalty)."""
         self.n += 1
-        req = GenerationRequest(f"r{self.n}", MODEL, Sampling(max_tokens=max_tokens), prompt="p")
+        sampling = Sampling(max_tokens=max_tokens, presence_penalty=0.5 if pinned else 0.0)
+        req = GenerationRequest(f"r{self.n}", MODEL, sampling, prompt="p")
         req.priority = priority
         j = Job(req, self.events, ResponseStream(64), priority=priority, arrival=self.now)
         try:
@@ -249,6 +255,12 @@ class Runtime(RuleBasedStateMachine):
             want = [token(j.request.request_id, i) for i in range(len(got))]
             assert got == want, f"{j.request.request_id}: {got} != {want}"
             assert j.generated[: len(got)] == got
+
+    @invariant()
+    def what_cannot_resume_is_never_preempted_or_moved_after_a_token(self) -> None:
+        for j in self.jobs:
+            if j.pinned:
+                assert j.preemptions == 0 and j.migrations == 0, j.request.request_id
 
     @invariant()
     def engines_run_only_live_requests_once(self) -> None:
