@@ -60,7 +60,7 @@ class DeafLink:
 
     def _load(self, seq: int) -> bytes:
         report = pb.LoadReport()
-        convert.fill_load(report, seq, self.sidecar.backend.load())
+        convert.fill_load(report, seq, self.sidecar.backend.load(), held=0)
         return report.SerializeToString()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
