@@ -82,6 +82,9 @@ def test_asked_names_the_optional_fields_off_their_defaults() -> None:
         "allowed_token_ids",
     ]
     assert params.asked(Sampling(max_tokens=3)) == []
+    # The optional fields follow the base ones (what the one-comparison fast path relies on).
+    names = [f.name for f in msgspec.structs.fields(Sampling)]
+    assert list(params.OPTIONAL) == names[len(names) - len(params.OPTIONAL) :]
     assert params.not_resumable(REQUEST.sampling) == ["presence_penalty"]
 
 

@@ -73,6 +73,9 @@ OPTIONAL: Final[dict[str, object]] = {
 }
 
 
+_FIRST_OPTIONAL: Final = len(msgspec.structs.fields(Sampling)) - len(OPTIONAL)
+_DEFAULTS: Final = tuple(OPTIONAL.values())
+
 # Fields with which an engine cannot resume exactly: vLLM applies them to the tokens it
 # generated itself, and a resumed run sees the earlier ones as prompt. Such a request is never
 # preempted, and moves to another replica only before its first token.
@@ -81,11 +84,15 @@ NOT_RESUMABLE: Final = ("presence_penalty", "frequency_penalty", "bad_words")
 
 def not_resumable(s: Sampling) -> list[str]:
     """The fields of `s` that keep it from resuming exactly (none: it can)."""
+    if msgspec.structs.astuple(s)[_FIRST_OPTIONAL:] == _DEFAULTS:
+        return []  # (most requests: one comparison)
     return [name for name in NOT_RESUMABLE if getattr(s, name) != OPTIONAL[name]]
 
 
 def asked(s: Sampling) -> list[str]:
     """The optional sampling fields `s` asks for (those not at their defaults), in order."""
+    if msgspec.structs.astuple(s)[_FIRST_OPTIONAL:] == _DEFAULTS:
+        return []  # (most requests: one comparison)
     return [name for name, default in OPTIONAL.items() if getattr(s, name) != default]
 
 
