@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from shardgate.v1.params import Finish as Finish
-from shardgate.v1.params import Generation
-from shardgate.v1.params import Message as ChatMessage
+from shardgate.v1.params import Generation, GenerationView, Message
 from shardgate.v1.params import Sampling as Sampling
+
+ChatMessage = Message  # (the backends' name for it)
 
 
 class ErrorCode(enum.IntEnum):
@@ -40,7 +41,7 @@ class RequestError(Exception):
         self.field = field
 
 
-class EngineRequest:
+class EngineRequest(GenerationView):
     """One generation: its engine parameters as the gateway sent them, and the link-local key.
 
     `resume_token_ids` are tokens an earlier run already generated: the engine continues after
@@ -56,38 +57,9 @@ class EngineRequest:
         self.generation = generation
         self.resume_token_ids = resume_token_ids
 
-    # What backends read (the Generation's own fields, not copies).
-    @property
-    def request_id(self) -> str:
-        return self.generation.request_id
-
-    @property
-    def model(self) -> str:
-        return self.generation.model
-
-    @property
-    def sampling(self) -> Sampling:
-        return self.generation.sampling
-
-    @property
-    def prompt(self) -> str | None:
-        return self.generation.prompt
-
-    @property
-    def messages(self) -> tuple[ChatMessage, ...] | None:
-        return self.generation.messages
-
-    @property
-    def prompt_token_ids(self) -> tuple[int, ...] | None:
-        return self.generation.prompt_token_ids
-
     @property
     def priority(self) -> int:
         return self.generation.priority
-
-    @property
-    def lora(self) -> str:
-        return self.generation.lora
 
 
 @dataclass(slots=True)

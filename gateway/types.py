@@ -6,19 +6,19 @@ from dataclasses import dataclass
 
 # Defined once, with the link's parameters; the core names them from here.
 from shardgate.v1.params import Finish as Finish
-from shardgate.v1.params import Generation
+from shardgate.v1.params import Generation, GenerationView
 from shardgate.v1.params import Message as Message
 from shardgate.v1.params import Sampling as Sampling
 
 FINISH_REASON = {Finish.STOP: "stop", Finish.LENGTH: "length"}
 
 
-class GenerationRequest:
-    """A validated request, whichever API it came from: the engine's parameters (`engine`,
+class GenerationRequest(GenerationView):
+    """A validated request, whichever API it came from: the engine's parameters (`generation`,
     sent to the sidecar as they are) and what only the gateway uses. Exactly one of
     prompt/messages/prompt_token_ids is set."""
 
-    __slots__ = ("_priority", "engine", "include_usage", "session_id", "stream")
+    __slots__ = ("_priority", "generation", "include_usage", "session_id", "stream")
 
     def __init__(
         self,
@@ -34,7 +34,7 @@ class GenerationRequest:
         lora: str = "",
         prompt_token_ids: tuple[int, ...] | None = None,
     ) -> None:
-        self.engine = Generation(
+        self.generation = Generation(
             request_id=request_id,
             model=model,
             sampling=sampling,
@@ -50,7 +50,7 @@ class GenerationRequest:
         self._priority = priority  # None: the client asked for no class
 
     def _key(self) -> tuple[object, ...]:
-        return (self.engine, self.stream, self.include_usage, self.session_id, self._priority)
+        return (self.generation, self.stream, self.include_usage, self.session_id, self._priority)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GenerationRequest):
@@ -62,34 +62,13 @@ class GenerationRequest:
     def __repr__(self) -> str:
         return f"GenerationRequest{self._key()!r}"
 
-    # The engine's parameters, read where the gateway decides (admission, routing, logs).
-    @property
-    def request_id(self) -> str:
-        return self.engine.request_id
-
     @property
     def model(self) -> str:
-        return self.engine.model
+        return self.generation.model
 
     @model.setter
     def model(self, model: str) -> None:  # a fallback serves it
-        self.engine.model = model
-
-    @property
-    def sampling(self) -> Sampling:
-        return self.engine.sampling
-
-    @property
-    def prompt(self) -> str | None:
-        return self.engine.prompt
-
-    @property
-    def messages(self) -> tuple[Message, ...] | None:
-        return self.engine.messages
-
-    @property
-    def lora(self) -> str:
-        return self.engine.lora
+        self.generation.model = model
 
     @property
     def priority(self) -> int | None:
@@ -98,7 +77,7 @@ class GenerationRequest:
     @priority.setter
     def priority(self, priority: int | None) -> None:
         self._priority = priority
-        self.engine.priority = priority or 0
+        self.generation.priority = priority or 0
 
 
 @dataclass(slots=True)

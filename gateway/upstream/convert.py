@@ -66,11 +66,13 @@ def load(m: pb.LoadReport) -> Load:
 
 
 def to_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> pb.SubmitRequest:
-    return pb.SubmitRequest(key=key, generation=params.encode(req.engine), resume_token_ids=resume)
+    return pb.SubmitRequest(
+        key=key, generation=params.encode(req.generation), resume_token_ids=resume
+    )
 
 
 def to_wire_submit(req: GenerationRequest, key: int, resume: Sequence[int] = ()) -> WireSubmit:
-    return WireSubmit(key, req.engine, list(resume))
+    return WireSubmit(key, req.generation, list(resume))
 
 
 def from_pb_delta(d: pb.Delta) -> WireDelta:

@@ -52,10 +52,10 @@ def test_the_tcp_link_carries_the_same_message() -> None:
 
 
 def test_the_core_request_holds_the_definition_itself() -> None:
-    assert isinstance(REQUEST.engine, params.Generation)
-    assert REQUEST.engine.priority == 3 and REQUEST.engine.model == "m"
+    assert isinstance(REQUEST.generation, params.Generation)
+    assert REQUEST.generation.priority == 3 and REQUEST.generation.model == "m"
     REQUEST.model = "fallback"  # what the gateway changes reaches the engine's parameters
-    assert REQUEST.engine.model == "fallback"
+    assert REQUEST.generation.model == "fallback"
     REQUEST.model = "m"
 
 
@@ -64,13 +64,13 @@ def test_both_transports_deliver_the_parameters_unchanged() -> None:
     body = msgspec.msgpack.encode(wire.Up([gateway.to_wire_submit(REQUEST, 5, (1, 2))]))
     over_tcp = sidecar.from_wire(msgspec.msgpack.decode(body, type=wire.Up).submits[0])
     for got in (over_grpc, over_tcp):
-        assert got.generation == REQUEST.engine
+        assert got.generation == REQUEST.generation
         assert got.resume_token_ids == (1, 2)
     # Every field of the definition, each one different from its default, made it through.
     defaults = params.Generation(request_id="", model="", sampling=Sampling(max_tokens=1))
     for f in msgspec.structs.fields(params.Generation):
         if f.name != "prompt" and f.name != "prompt_token_ids":
-            assert getattr(REQUEST.engine, f.name) != getattr(defaults, f.name), f.name
+            assert getattr(REQUEST.generation, f.name) != getattr(defaults, f.name), f.name
 
 
 def test_asked_names_the_optional_fields_off_their_defaults() -> None:

@@ -110,6 +110,42 @@ class Generation(msgspec.Struct, array_like=True, gc=False, kw_only=True):
     lora: str = ""
 
 
+class GenerationView:
+    """Read access to the fields of the Generation a type carries (the gateway's request, the
+    sidecar's engine request): the definition's own fields, not copies of them."""
+
+    __slots__ = ()
+    generation: Generation
+
+    @property
+    def request_id(self) -> str:
+        return self.generation.request_id
+
+    @property
+    def model(self) -> str:
+        return self.generation.model
+
+    @property
+    def sampling(self) -> Sampling:
+        return self.generation.sampling
+
+    @property
+    def prompt(self) -> str | None:
+        return self.generation.prompt
+
+    @property
+    def messages(self) -> tuple[Message, ...] | None:
+        return self.generation.messages
+
+    @property
+    def prompt_token_ids(self) -> tuple[int, ...] | None:
+        return self.generation.prompt_token_ids
+
+    @property
+    def lora(self) -> str:
+        return self.generation.lora
+
+
 _ENCODE = msgspec.msgpack.Encoder()
 _DECODE = msgspec.msgpack.Decoder(Generation)
 
