@@ -71,6 +71,19 @@ class GenerationRequest(GenerationView):
         self.generation.model = model
 
     @property
+    def lora(self) -> str:
+        return self.generation.lora
+
+    @lora.setter
+    def lora(self, lora: str) -> None:  # the request named an adapter as its model
+        self.generation.lora = lora
+
+    @property
+    def served_model(self) -> str:
+        """The model its responses name: the adapter when it asked for one (as vLLM does)."""
+        return self.generation.lora or self.generation.model
+
+    @property
     def priority(self) -> int | None:
         return self._priority
 

@@ -138,7 +138,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                     if d.finish:
                         completion = d.completion_tokens or counted
                         out.finish_reason = FINISH_REASON.get(d.finish, "stop")
-                        out.model = req.model
+                        out.model = req.served_model
                         out.usage.prompt_tokens = prompt
                         out.usage.completion_tokens = completion
                         out.usage.total_tokens = prompt + completion

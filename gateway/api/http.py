@@ -144,20 +144,30 @@ class HttpApi:
             request, request[REQUEST_ID], protocol.decode_completion, "completion"
         )
 
+    def _listed(self) -> dict[str, encode.ModelEntry]:
+        """Every model, then every LoRA adapter (with its parent), by name."""
+        models = self._fleet.models()
+        out: dict[str, encode.ModelEntry] = {
+            name: (name, max_len, None) for name, (max_len, _) in sorted(models.items())
+        }
+        for name, parent in sorted(self._fleet.adapters.items()):
+            if name not in out:
+                out[name] = (name, models.get(parent, (0, 0))[0], parent)
+        return out
+
     async def models(self, request: web.Request) -> web.Response:
-        listed = [(name, ml) for name, (ml, _) in sorted(self._fleet.models().items())]
+        listed = list(self._listed().values())
         return web.Response(
             body=encode.encode_models(listed, self._started), content_type="application/json"
         )
 
     async def model(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
-        found = self._fleet.models().get(name)
+        found = self._listed().get(name)
         if found is None:
             raise ModelNotFound(f"The model `{name}` does not exist.", "model")
         return web.Response(
-            body=encode.encode_model(name, found[0], self._started),
-            content_type="application/json",
+            body=encode.encode_model(found, self._started), content_type="application/json"
         )
 
     async def healthz(self, request: web.Request) -> web.Response:

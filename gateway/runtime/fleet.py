@@ -55,6 +55,8 @@ class Fleet:
         self.seen_models: dict[str, int] = {}
         # Every model announced so far -> the optional sampling fields all its engines honour.
         self.capabilities: dict[str, frozenset[str]] = {}
+        # Every LoRA adapter announced so far -> the model it adapts (its `parent`).
+        self.adapters: dict[str, str] = {}
         self.on_change: Callable[[], None] | None = None  # capacity may have changed
         self.stalls = StallDetector(self.health.stall_timeout_s)
         self.stalled: frozenset[str] = frozenset()  # sidecars whose engine stalled
@@ -219,6 +221,9 @@ class Fleet:
         caps: dict[str, frozenset[str]] = {}
         for link in self.links:
             if link.info is not None:
+                for model, loras in link.info.loras.items():
+                    for lora in loras:
+                        self.adapters.setdefault(lora, model)
                 for model in link.info.models:
                     have = caps.get(model)
                     mine = link.info.capabilities
@@ -325,7 +330,7 @@ class Fleet:
         return sum(r.max_num_seqs for r in self.assembly.pool(model) if r.routable)
 
     def knows(self, model: str) -> bool:
-        return model in self.seen_models
+        return model in self.seen_models or model in self.adapters
 
     def models(self) -> dict[str, tuple[int, int]]:
         """Every model announced so far -> (max_model_len, routable replicas)."""

@@ -191,24 +191,29 @@ def encode_completion(
     )
 
 
-def _model(model_id: str, max_model_len: int, created: int) -> dict[str, Any]:
+def _model(model_id: str, max_model_len: int, parent: str | None, created: int) -> dict[str, Any]:
     return {
         "id": model_id,
         "object": "model",
         "created": created,
         "owned_by": OWNED_BY,
+        "parent": parent,  # a LoRA adapter's base model (vLLM's field); null for a model
         "max_model_len": max_model_len,
     }
 
 
-def encode_models(models: list[tuple[str, int]], created: int) -> bytes:
-    """The body of GET /v1/models; `models` holds (model id, max_model_len) pairs."""
-    return _encode({"object": "list", "data": [_model(m, n, created) for m, n in models]})
+# (model id, max_model_len, parent): one entry of GET /v1/models.
+ModelEntry = tuple[str, int, str | None]
 
 
-def encode_model(model_id: str, max_model_len: int, created: int) -> bytes:
+def encode_models(models: list[ModelEntry], created: int) -> bytes:
+    """The body of GET /v1/models."""
+    return _encode({"object": "list", "data": [_model(*m, created) for m in models]})
+
+
+def encode_model(model: ModelEntry, created: int) -> bytes:
     """The body of GET /v1/models/{model}."""
-    return _encode(_model(model_id, max_model_len, created))
+    return _encode(_model(*model, created))
 
 
 def error_body(err: GatewayError) -> bytes:

@@ -129,7 +129,12 @@ class OpenAIServing:
         req = gen.request
         encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
         body = encoder(
-            req.request_id, req.model, int(time.time()), "".join(texts), tally.reason, tally.usage()
+            req.request_id,
+            req.served_model,
+            int(time.time()),
+            "".join(texts),
+            tally.reason,
+            tally.usage(),
         )
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -145,7 +150,7 @@ class OpenAIServing:
         await resp.prepare(request)
         buf = bytearray()
         tally = Tally()
-        enc = encode.ChunkEncoder(req.request_id, req.model, int(time.time()), kind)
+        enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind)
         if batch and not gen.began:
             try:
                 batch = await self._wait_queued(resp, gen, batch)

@@ -371,7 +371,7 @@ def test_sdk_reads_non_streaming_bodies() -> None:
 
 
 def test_models() -> None:
-    raw = encode_models([("a", 4096), ("b/c", 131072)], CREATED)
+    raw = encode_models([("a", 4096, None), ("b/c", 131072, "a")], CREATED)
     assert json.loads(raw) == {
         "object": "list",
         "data": [
@@ -380,6 +380,7 @@ def test_models() -> None:
                 "object": "model",
                 "created": CREATED,
                 "owned_by": "shardgate",
+                "parent": None,
                 "max_model_len": 4096,
             },
             {
@@ -387,6 +388,7 @@ def test_models() -> None:
                 "object": "model",
                 "created": CREATED,
                 "owned_by": "shardgate",
+                "parent": "a",  # a LoRA adapter of model a
                 "max_model_len": 131072,
             },
         ],
@@ -402,7 +404,7 @@ def test_models_empty() -> None:
 
 
 def test_model() -> None:
-    raw = encode_model("a", 2048, CREATED)
+    raw = encode_model(("a", 2048, None), CREATED)
     model = Model.model_validate_json(raw)
     assert (model.id, model.object, model.created, model.owned_by) == (
         "a",
