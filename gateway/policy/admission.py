@@ -46,6 +46,8 @@ def estimate_prompt_tokens(req: GenerationRequest) -> int:
         for m in req.messages:
             s = m.content
             n += len(s) if s.isascii() else len(s.encode())
+    elif req.prompt_token_ids is not None:
+        return len(req.prompt_token_ids)  # exact
     return (n + 3) // 4
 
 

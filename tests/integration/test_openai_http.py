@@ -252,3 +252,15 @@ def test_what_the_gateway_does_not_serve_is_400_naming_it(
         client.chat.completions.create(model="sim-llama", messages=MESSAGES, max_tokens=4, **extra)
     body = e.value.body
     assert isinstance(body, dict) and body["param"] == param
+
+
+def test_a_prompt_of_token_ids_is_served(client: openai.OpenAI) -> None:
+    out = client.completions.create(
+        model="sim-llama",
+        prompt=[11, 12, 13, 14, 15],
+        max_tokens=4,
+        extra_body={"ignore_eos": True},
+    )
+    assert out.usage is not None
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (5, 4)
+    assert out.choices[0].text

@@ -189,3 +189,25 @@ async def test_sampling_fields_reach_the_engine(client: openai.AsyncOpenAI) -> N
     assert early.choices[0].finish_reason == "stop"
     # Five tokens, then the end-of-text token (which vLLM counts as generated).
     assert early.usage is not None and early.usage.completion_tokens == 6
+
+
+async def test_a_prompt_of_token_ids_equals_its_text(
+    client: openai.AsyncOpenAI, tiny_model_dir: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(str(tiny_model_dir))("Tell me about shards").input_ids
+
+    async def complete(prompt: Any) -> tuple[str, int]:
+        out = await client.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=8,
+            temperature=0.0,
+            extra_body={"ignore_eos": True},
+        )
+        assert out.usage is not None
+        return out.choices[0].text, out.usage.prompt_tokens
+
+    assert await complete(ids) == await complete("Tell me about shards")
+    assert (await complete(ids))[1] == len(ids)

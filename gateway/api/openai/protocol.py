@@ -163,7 +163,7 @@ _EXPECTED: Final[dict[str, str]] = {
     "messages[].content[].type": "must be a string",
     "messages[].content[].text": "must be a string",
     "messages[].name": "must be a string",
-    "prompt": "must be a string, or an array holding exactly one string",
+    "prompt": "must be a string, or a non-empty array of token ids",
     "max_tokens": _MUST_BE_POSITIVE,
     "max_completion_tokens": _MUST_BE_POSITIVE,
     "temperature": "must be a number between 0 and 2",
@@ -377,6 +377,7 @@ def _request(
     default_max_tokens: int,
     prompt: str | None = None,
     messages: tuple[Message, ...] | None = None,
+    prompt_token_ids: tuple[int, ...] | None = None,
 ) -> GenerationRequest:
     stream = bool(req.stream)
     opts = req.stream_options
@@ -386,6 +387,7 @@ def _request(
         sampling=_sampling(req, default_max_tokens),
         prompt=prompt,
         messages=messages,
+        prompt_token_ids=prompt_token_ids,
         stream=stream,
         include_usage=stream and opts is not None and bool(opts.include_usage),
         priority=req.priority,
@@ -462,12 +464,20 @@ def decode_completion(
     if req.suffix:
         raise _not_served("suffix", "completions take no suffix")
     prompt = req.prompt
-    if not isinstance(prompt, str):
-        if len(prompt) != 1 or not isinstance(prompt[0], str):
-            raise InvalidRequest(
-                "Invalid value for 'prompt': must be a string, or an array holding exactly one "
-                "string (batches of prompts and token-id prompts are not supported).",
-                "prompt",
-            )
-        prompt = prompt[0]
-    return _request(req, request_id, default_max_tokens, prompt=prompt)
+    if isinstance(prompt, str):
+        return _request(req, request_id, default_max_tokens, prompt=prompt)
+    if len(prompt) == 1 and isinstance(prompt[0], str):
+        return _request(req, request_id, default_max_tokens, prompt=prompt[0])
+    if prompt and all(type(t) is int and 0 <= t <= _INT32_MAX for t in prompt):
+        return _request(req, request_id, default_max_tokens, prompt_token_ids=tuple(prompt))
+    if prompt and all(isinstance(p, (str, list)) for p in prompt):
+        raise InvalidRequest(
+            "prompt is not supported as a batch: send one prompt (a string or a list of "
+            "token ids) per request.",
+            "prompt",
+        )
+    raise InvalidRequest(
+        "Invalid value for 'prompt': must be a string, or a non-empty array of token ids "
+        "(integers of at least 0).",
+        "prompt",
+    )

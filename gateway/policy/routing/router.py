@@ -56,9 +56,16 @@ class Router:
             if req.messages is not None:
                 hashes = h.messages(req.model, req.lora, req.messages)
             else:
-                hashes = h.prompt(req.model, req.lora, req.prompt or "")
+                hashes = h.prompt(req.model, req.lora, _prompt_text(req))
         return RequestFeatures(req.model, req.lora, hashes, req.session_id)
 
 
 def _prefix_scorer(profile: Profile) -> Prefix | None:
     return next((s for s, _ in profile.scorers if isinstance(s, Prefix)), None)
+
+
+def _prompt_text(req: GenerationRequest) -> str:
+    """What prefix affinity hashes of a prompt: its text, or its token ids as text."""
+    if req.prompt_token_ids is not None:
+        return " ".join(map(str, req.prompt_token_ids))
+    return req.prompt or ""

@@ -135,8 +135,10 @@ COMPLETION_CASES: list[tuple[dict[str, Any], str]] = [
     ({"prompt": None}, "prompt"),
     ({"prompt": []}, "prompt"),
     ({"prompt": ["a", "b"]}, "prompt"),
-    ({"prompt": [5]}, "prompt"),
-    ({"prompt": [1, 2, 3]}, "prompt"),
+    ({"prompt": [-1, 2]}, "prompt"),
+    ({"prompt": [1, "a"]}, "prompt"),
+    ({"prompt": [1.5]}, "prompt"),
+    ({"prompt": [True]}, "prompt"),
     ({"prompt": [[1, 2, 3]]}, "prompt"),
     ({"prompt": {"text": "x"}}, "prompt"),
     ({"logprobs": 0}, "logprobs"),
@@ -337,6 +339,19 @@ def test_completion_refuses_what_it_does_not_serve_by_name(field: str, value: An
     with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
         decode_completion(completion(**{field: value}), "rid")
     assert e.value.param == field
+
+
+def test_a_completion_prompt_of_token_ids_goes_to_the_engine_as_ids() -> None:
+    req = decode_completion(completion(prompt=[1, 2, 3]), "rid")
+    assert req.prompt_token_ids == (1, 2, 3) and req.prompt is None
+    assert decode_completion(completion(prompt=[7]), "rid").prompt_token_ids == (7,)
+
+
+@pytest.mark.parametrize("prompt", [["a", "b"], [[1, 2], [3]], [[1, 2]]])
+def test_batches_of_prompts_are_refused_by_name(prompt: list[Any]) -> None:
+    with pytest.raises(InvalidRequest, match="prompt is not supported as a batch") as e:
+        decode_completion(completion(prompt=prompt), "rid")
+    assert e.value.param == "prompt"
 
 
 def test_sampling_fields_beyond_the_base_are_decoded_for_the_engine() -> None:
