@@ -117,6 +117,16 @@ class BackendInfo:
 DeltaSink = Callable[[list[EngineDelta]], None]
 
 
+class Tokenizes(Protocol):
+    """A backend that can say how its engine tokenises (vLLM's /tokenize and /detokenize)."""
+
+    def tokenize(self, request: EngineRequest) -> list[int]:
+        """The prompt's ids, chat template applied; raises RequestError (model, lora, input)."""
+
+    def detokenize(self, model: str, ids: list[int]) -> str:
+        """The text of `ids`; raises RequestError (unknown model, ids out of the vocabulary)."""
+
+
 class Backend(Protocol):
     def info(self) -> BackendInfo: ...
 

@@ -224,6 +224,8 @@ class Fleet:
                 for model, loras in link.info.loras.items():
                     for lora in loras:
                         self.adapters.setdefault(lora, model)
+                if link.info.rank != 0:
+                    continue  # a shard group's other ranks run no requests: its head says
                 for model in link.info.models:
                     have = caps.get(model)
                     mine = link.info.capabilities

@@ -187,6 +187,11 @@ class Job:
         self._first_by = loop.time() + self._first_output_s
         self._rearm(loop)
 
+    def left_engine(self) -> None:
+        """It is off its engine (preempted, or its replica failed it): no first-output limit
+        runs until it is placed again (its timer, if earlier, re-arms for the deadline)."""
+        self._first_by = math.inf
+
     # -- for the API edges ---------------------------------------------------------------
     async def take(self) -> list[Delta]:
         return await self.out.take()

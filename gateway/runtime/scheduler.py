@@ -238,6 +238,7 @@ class Scheduler:
     def _preempt(self, pool: Pool, job: Job, resume: bool, now: float) -> None:
         pool.running.pop(job, None)
         self._abort(job)
+        job.left_engine()
         job.preemptions += 1
         pool.preemptions[job.priority] = pool.preemptions.get(job.priority, 0) + 1
         if not resume:
@@ -263,10 +264,10 @@ class Scheduler:
     # -- events ----------------------------------------------------------------------------------
     def _on_finished(self, ev: Finished) -> None:
         job = ev.job
-        self.supervisor.succeeded(job)
         pool = self._pool(job.request.model)
-        pool.running.pop(job, None)
+        pool.running.pop(job, None)  # (first: whatever fails below, its slot is free)
         self._done(job)
+        self.supervisor.succeeded(job)
         self._dispatch(pool, self._clock())
         self._arm()
 
@@ -277,6 +278,7 @@ class Scheduler:
         pool = self._pool(job.request.model)
         pool.running.pop(job, None)
         job.state = next_state(job.state, Move.FAIL)
+        job.left_engine()
         failed = (job.replica,) if job.replica else ()
         error = ev.error
         decision = self.supervisor.recover(job, error)
@@ -321,14 +323,19 @@ class Scheduler:
     def _on_error(self, event: object, error: Exception) -> None:
         """Handling `event` raised (a bug): its request ends, the rest goes on."""
         job = getattr(event, "job", None)
-        if not isinstance(job, Job) or stale(job.state):
-            return
-        pool = self._pool(job.request.model)
-        if job.waiter is not None and job.waiter.queued:
-            pool.queue.remove(job.waiter)
-        self._abort(job)
-        job.outcome = "error"
-        self._end(pool, job, GatewayError("The gateway failed to handle the request."))
+        try:
+            if isinstance(job, Job):
+                pool = self._pool(job.request.model)
+                if stale(job.state):
+                    pool.running.pop(job, None)  # ended, whatever its handler did not finish
+                else:
+                    if job.waiter is not None and job.waiter.queued:
+                        pool.queue.remove(job.waiter)
+                    self._abort(job)
+                    job.outcome = "error"
+                    self._end(pool, job, GatewayError("The gateway failed to handle the request."))
+        finally:
+            self.capacity_changed()  # start what may wait, and time what is due
 
     def _end(self, pool: Pool, job: Job, error: GatewayError | None) -> None:
         was_running = job in pool.running
@@ -393,11 +400,17 @@ class Scheduler:
         self._timer = None
         self._timer_at = math.inf
         now = self._clock()
-        for pool in list(self.pools.values()):
-            for w in pool.queue.expired(now):
-                self._end(pool, w.payload, overflow_error(pool.queue.timed_out, "queue_timeout"))
-        self._keepalives(now)
-        self._arm()
+        try:
+            for pool in list(self.pools.values()):
+                for w in pool.queue.expired(now):
+                    try:
+                        error = overflow_error(pool.queue.timed_out, "queue_timeout")
+                        self._end(pool, w.payload, error)
+                    except Exception:  # one request's end must not keep the others waiting
+                        log.exception("ending request %s failed", w.payload.request.request_id)
+            self._keepalives(now)
+        finally:
+            self._arm()
 
     def _keepalives(self, now: float) -> None:
         beats = self._beats

@@ -89,7 +89,7 @@ async def _read(link: EngineLink, call: grpc.aio.StreamStreamCall) -> None:
             if msg is grpc.aio.EOF:
                 raise ConnectionError("the sidecar closed the link")
             deadline.reschedule(loop.time() + hb)
-            link.deliver(map(convert.from_pb_delta, msg.deltas))
+            link.deliver([convert.from_pb_delta(d) for d in msg.deltas])
             FLUSHER.flush()
             if msg.HasField("load"):
                 link.beat(msg.load)

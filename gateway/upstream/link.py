@@ -31,7 +31,6 @@ from gateway.types import (
     GatewayError,
     GenerationRequest,
     Unavailable,
-    UpstreamError,
 )
 from gateway.upstream import convert, grpc_link, tcp_link
 
@@ -227,6 +226,7 @@ class EngineLink:
         failed alone: the link and its other requests go on."""
         streams = self.streams
         it = iter(deltas)
+        stream: DeltaTarget | None = None
         while True:
             try:
                 for d in it:  # (inline, in one try: the per-token path costs no call here)
@@ -264,7 +264,8 @@ class EngineLink:
         log.error("link %s: request %d failed on its delta: %r", self.name, key, error)
         if self.streams.pop(key, None) is not None:
             self.abort_key(key)
-        stream.fail(UpstreamError(f"The gateway failed on the engine's output: {error}"))
+        # The gateway's own failure: not the replica's (no retry, no outlier count against it).
+        stream.fail(GatewayError(f"The gateway failed on the engine's output: {error}"))
 
     def abort_key(self, key: int) -> None:
         """Tell the sidecar to stop `key`, whose stream is already gone from the link."""

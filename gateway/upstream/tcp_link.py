@@ -35,6 +35,10 @@ class Unreachable(ConnectionError):
     """The TCP link could not be opened (nothing was announced on it)."""
 
 
+class BadData(ConnectionError):
+    """The sidecar sent what the link cannot take: a broken frame, or another protocol."""
+
+
 class LinkProtocol(asyncio.Protocol):
     def __init__(self, link: EngineLink, loop: asyncio.AbstractEventLoop) -> None:
         self.link = link
@@ -88,7 +92,7 @@ class LinkProtocol(asyncio.Protocol):
         self.announced.set_result(None)
 
     def _fail(self, error: BaseException) -> None:
-        self._end(ConnectionError(f"bad data from the sidecar: {error}"))
+        self._end(BadData(f"bad data from the sidecar: {error}"))
         if self.transport is not None:
             self.transport.abort()
 
@@ -133,6 +137,8 @@ async def run(link: EngineLink, host: str, port: int) -> None:
             async with asyncio.timeout(s.connect_timeout_s):
                 await loop.create_connection(lambda: proto, host, port)
                 await proto.announced
+        except BadData:
+            raise  # it answered, and broke the protocol (or speaks another version)
         except (OSError, TimeoutError) as e:
             raise Unreachable(f"{host}:{port}: {str(e) or type(e).__name__}") from e
         await _watch(proto, s.heartbeat_timeout_s)

@@ -81,6 +81,15 @@ def _check_ids(ids: Sequence[int], vocab_size: int, what: str, field: str) -> No
         raise RequestError(_BAD, f"{what} must be in [0, {vocab_size})", field)
 
 
+def tokenize(r: EngineRequest, limits: Limits, tokenizer: PromptTokenizer) -> list[int]:
+    """The prompt's token ids as a generation would have them (the chat template applied),
+    with no check of its length: what /tokenize answers."""
+    check_request(r, limits)
+    if r.messages is not None:
+        return tokenizer.encode_chat(r.messages) if r.messages else []
+    return tokenizer.encode(r.prompt) if r.prompt else list(r.prompt_token_ids or ())
+
+
 def prepare(r: EngineRequest, limits: Limits, tokenizer: PromptTokenizer) -> Prepared:
     check_request(r, limits)
     max_tokens = r.sampling.max_tokens

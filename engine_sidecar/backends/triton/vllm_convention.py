@@ -105,6 +105,8 @@ class VllmConvention:
             params[name] = (
                 {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
             )
+        if s.min_tokens:  # what an earlier run generated counts, as max_tokens' does
+            params["min_tokens"] = max(0, s.min_tokens - (s.max_tokens - max_tokens))
         if r.lora:
             params["lora_name"] = r.lora
         return params

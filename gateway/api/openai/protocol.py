@@ -288,8 +288,6 @@ def _check_unserved(req: _Common) -> None:
         raise _not_served("return_token_ids", "token ids are not returned yet")
     if req.truncate_prompt_tokens is not None:
         raise _not_served("truncate_prompt_tokens", "prompts are not truncated")
-    if req.add_special_tokens is not None:
-        raise _not_served("add_special_tokens", "the engine's default is used")
 
 
 def _check_common(req: _Common) -> None:
@@ -441,6 +439,8 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     for name in ("chat_template", "chat_template_kwargs", "documents"):
         if getattr(req, name):
             raise _not_served(name, "the engine's chat template is applied as it is")
+    if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
+        raise _not_served("add_special_tokens", "the engine's default is used")
     if req.add_generation_prompt is False:
         raise _not_served("add_generation_prompt", "a generation prompt is always added")
     if req.continue_final_message:
@@ -463,6 +463,8 @@ def decode_completion(
         raise InvalidRequest("logprobs is not supported.", "logprobs")
     if req.suffix:
         raise _not_served("suffix", "completions take no suffix")
+    if req.add_special_tokens is False:  # (vLLM's default for completions: true)
+        raise _not_served("add_special_tokens", "the engine's default is used")
     prompt = req.prompt
     if isinstance(prompt, str):
         return _request(req, request_id, default_max_tokens, prompt=prompt)

@@ -275,6 +275,7 @@ def test_messages_are_human(fields: dict[str, Any], message: str) -> None:
 
 IGNORED: dict[str, Any] = {
     "response_format": {"type": "text"},
+    "add_special_tokens": None,
     "tools": [],
     "tool_choice": "none",
     "parallel_tool_calls": True,
@@ -315,7 +316,6 @@ NOT_SERVED: list[tuple[str, Any]] = [
     ("prompt_logprobs", 1),
     ("return_token_ids", True),
     ("truncate_prompt_tokens", 8),
-    ("add_special_tokens", False),
 ]
 NOT_SERVED_CHAT: list[tuple[str, Any]] = [
     ("top_logprobs", 3),
@@ -324,6 +324,7 @@ NOT_SERVED_CHAT: list[tuple[str, Any]] = [
     ("documents", [{"title": "t", "text": "x"}]),
     ("add_generation_prompt", False),
     ("continue_final_message", True),
+    ("add_special_tokens", True),
 ]
 
 
@@ -334,7 +335,9 @@ def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> 
     assert e.value.param == field
 
 
-@pytest.mark.parametrize(("field", "value"), [*NOT_SERVED, ("suffix", "the end")])
+@pytest.mark.parametrize(
+    ("field", "value"), [*NOT_SERVED, ("suffix", "the end"), ("add_special_tokens", False)]
+)
 def test_completion_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> None:
     with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
         decode_completion(completion(**{field: value}), "rid")

@@ -157,3 +157,19 @@ async def test_a_finished_job_whose_client_side_is_stuck_is_cut_at_the_deadline(
         await asyncio.wait_for(task, 5)
     assert j.state is State.DONE
     assert not events.left()  # it finished: no timeout to report
+
+
+async def test_a_request_off_its_engine_is_not_held_to_the_first_output_limit() -> None:
+    """Preempted (or failed) before its first token, it waits in the queue again: only the
+    deadline applies until it is placed again."""
+    events = Events()
+    j = job(events)
+    loop = asyncio.get_running_loop()
+    j.arm(loop.time() + 0.3, 0.02)
+    place(j)
+    j.state = State.PREEMPTED  # what the scheduler does when a higher class takes its slot
+    j.left_engine()
+    with pytest.raises(GatewayTimeout, match="deadline"):  # not "engine to start"
+        while True:
+            await j.take()
+    j.close()

@@ -7,7 +7,7 @@ from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1.wire import WireDelta
 
 from gateway.config.schema import LinkSettings
-from gateway.types import Delta, GatewayError, UpstreamError
+from gateway.types import Delta, GatewayError
 from gateway.upstream.link import EngineLink
 
 
@@ -41,7 +41,8 @@ def test_a_failing_request_ends_alone_and_is_aborted_on_the_engine() -> None:
     assert [d.token_ids for d in good.got] == [[10]]
     assert [d.token_ids for d in later.got] == [[30]]  # after the failing one, in the same call
     [error] = bad.errors
-    assert isinstance(error, UpstreamError) and "a bug" in error.message
+    # The gateway's own failure: not retried elsewhere, not counted against the replica.
+    assert type(error) is GatewayError and error.status == 500 and "a bug" in error.message
     assert set(link.streams) == {1, 3}
     out = link.take_outgoing()
     assert out is not None and out[1] == [2]  # the engine is told to stop it
