@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import NoReturn, cast
 
 import grpc
 from shardgate.v1 import engine_pb2 as pb
@@ -11,7 +12,7 @@ from shardgate.v1 import engine_pb2_grpc as pb_grpc
 from shardgate.v1 import params
 
 from engine_sidecar import convert
-from engine_sidecar.backend import Backend, ErrorCode, RequestError
+from engine_sidecar.backend import Backend, ErrorCode, RequestError, Tokenizes
 from engine_sidecar.backends.sim import SimFaults
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.hub import Hub, Outbox
@@ -88,6 +89,52 @@ class EngineServicer(pb_grpc.EngineServicer):
                 yield convert.link_response(*batch)
         finally:
             self.links -= 1
+
+    def _tokenizes(self) -> Tokenizes | None:
+        backend = self._backend
+        if callable(getattr(backend, "tokenize", None)) and callable(
+            getattr(backend, "detokenize", None)
+        ):
+            return cast(Tokenizes, backend)
+        return None
+
+    async def _unimplemented(self, context: grpc.aio.ServicerContext) -> NoReturn:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "this engine does not tokenize for clients"
+        )
+        raise AssertionError("unreachable")  # (abort raises)
+
+    async def _refuse(self, context: grpc.aio.ServicerContext, e: RequestError) -> NoReturn:
+        status = _STATUS.get(e.code, grpc.StatusCode.INTERNAL)
+        await context.abort(status, e.message, (("field", e.field),) if e.field else ())
+        raise AssertionError("unreachable")
+
+    async def Tokenize(
+        self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TokenizeReply:
+        backend = self._tokenizes()
+        if backend is None:
+            await self._unimplemented(context)
+        try:
+            ids = backend.tokenize(
+                convert.to_request(pb.SubmitRequest(generation=request.generation), 0)
+            )
+        except RequestError as e:
+            await self._refuse(context, e)
+        max_len = next((m.max_model_len for m in self._backend.info().models), 0)
+        return pb.TokenizeReply(tokens=ids, max_model_len=max_len)
+
+    async def Detokenize(
+        self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DetokenizeReply:
+        backend = self._tokenizes()
+        if backend is None:
+            await self._unimplemented(context)
+        try:
+            text = backend.detokenize(request.model, list(request.tokens))
+        except RequestError as e:
+            await self._refuse(context, e)
+        return pb.DetokenizeReply(prompt=text)
 
     async def SetFaults(self, request: pb.Faults, context: grpc.aio.ServicerContext) -> pb.Faults:
         if not self._config.allow_fault_injection:

@@ -190,6 +190,7 @@ class Gateway:
         self.scheduler.keepalive_s = s.keepalive_s
         self.fleet.update(new.sidecars, s.link, new.health, s.drain_timeout_s)
         self.http_api.settings = self.http_api.serving.settings = s
+        self.http_api.tokenizing.settings = s
         self.grpc_servicer.settings = s
         self.reporter.log_requests = s.request_log
         self.metrics.set_tenants(t.name for t in new.tenants)

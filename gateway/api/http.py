@@ -16,6 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from gateway.api.http_errors import ClosingError
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
+from gateway.api.openai.tokenize import Tokenizing
 from gateway.config.schema import Config, GatewaySettings
 from gateway.ids import new_request_id
 from gateway.observability.metrics import GatewayMetrics
@@ -108,6 +109,7 @@ class HttpApi:
         self._metrics = metrics
         self.settings = settings
         self.serving = OpenAIServing(service, settings)
+        self.tokenizing = Tokenizing(fleet, service, settings)
         self._started = int(time.time())
 
     def app(self) -> web.Application:
@@ -116,6 +118,8 @@ class HttpApi:
         )
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/tokenize", self.tokenizing.tokenize)
+        app.router.add_post("/detokenize", self.tokenizing.detokenize)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{model:.+}", self.model)
         app.router.add_get("/healthz", self.healthz)

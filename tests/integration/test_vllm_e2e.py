@@ -23,7 +23,7 @@ from engine_sidecar.server import Sidecar
 from gateway.app import Gateway
 from gateway.config.loader import parse
 from tests.contract.harness import eventually
-from tests.engines import require, vllm_config
+from tests.engines import TINY_MAX_MODEL_LEN, require, vllm_config
 
 pytestmark = pytest.mark.timeout(600)  # may be the first to start the shared engine
 
@@ -211,3 +211,27 @@ async def test_a_prompt_of_token_ids_equals_its_text(
 
     assert await complete(ids) == await complete("Tell me about shards")
     assert (await complete(ids))[1] == len(ids)
+
+
+async def test_tokenize_and_detokenize_as_vllm_does(
+    cluster: VllmCluster, client: openai.AsyncOpenAI, tiny_model_dir: Path
+) -> None:
+    import aiohttp
+    from transformers import AutoTokenizer
+
+    base = cluster.base_url.removesuffix("/v1")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{base}/tokenize", json={"model": MODEL, "prompt": "Tell me about shards"}
+        ) as resp:
+            assert resp.status == 200
+            got = await resp.json()
+        ids = AutoTokenizer.from_pretrained(str(tiny_model_dir))("Tell me about shards").input_ids
+        want = {"count": len(ids), "max_model_len": TINY_MAX_MODEL_LEN, "tokens": ids}
+        assert got == {**want, "token_strs": None}
+        async with http.post(f"{base}/tokenize", json={"model": MODEL, "messages": MESSAGES}) as r:
+            chat = await r.json()
+        reply = await client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
+        assert reply.usage is not None and reply.usage.prompt_tokens == chat["count"]
+        async with http.post(f"{base}/detokenize", json={"model": MODEL, "tokens": ids}) as r:
+            assert (await r.json())["prompt"].endswith("Tell me about shards")

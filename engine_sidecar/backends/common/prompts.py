@@ -29,6 +29,13 @@ class PromptTokenizer(Protocol):
     def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]: ...
 
 
+class DecodesIds(Protocol):
+    @property
+    def vocab_size(self) -> int: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     model: str
@@ -88,6 +95,14 @@ def tokenize(r: EngineRequest, limits: Limits, tokenizer: PromptTokenizer) -> li
     if r.messages is not None:
         return tokenizer.encode_chat(r.messages) if r.messages else []
     return tokenizer.encode(r.prompt) if r.prompt else list(r.prompt_token_ids or ())
+
+
+def detokenize(model: str, ids: Sequence[int], limits: Limits, tokenizer: DecodesIds) -> str:
+    """The text of `ids` (what /detokenize answers)."""
+    if model != limits.model:
+        raise RequestError(ErrorCode.NOT_FOUND, f"The model `{model}` does not exist.", "model")
+    _check_ids(ids, tokenizer.vocab_size, "tokens", "tokens")
+    return tokenizer.decode(ids)
 
 
 def prepare(r: EngineRequest, limits: Limits, tokenizer: PromptTokenizer) -> Prepared:

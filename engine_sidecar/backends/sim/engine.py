@@ -16,7 +16,7 @@ from engine_sidecar.backend import (
     ModelCard,
     RequestError,
 )
-from engine_sidecar.backends.common.prompts import Limits, prepare
+from engine_sidecar.backends.common.prompts import Limits, detokenize, prepare, tokenize
 from engine_sidecar.backends.sim.config import SimConfig, SimFaults
 from engine_sidecar.backends.sim.core import SimCore
 from engine_sidecar.backends.sim.tokenizer import SimTokenizer
@@ -115,6 +115,12 @@ class SimBackend:
         if r.key in self.core:
             raise RequestError(ErrorCode.INVALID_ARGUMENT, f"duplicate request key {r.key}", "key")
         return prepare(r, self._limits, self.tokenizer).prompt_ids
+
+    def tokenize(self, r: EngineRequest) -> list[int]:
+        return tokenize(r, self._limits, self.tokenizer)
+
+    def detokenize(self, model: str, ids: list[int]) -> str:
+        return detokenize(model, ids, self._limits, self.tokenizer)
 
     # --- the loop ------------------------------------------------------------------------
     def set_faults(self, faults: SimFaults) -> None:

@@ -24,7 +24,14 @@ from engine_sidecar.backend import (
     RequestError,
 )
 from engine_sidecar.backends.common.batcher import StepBatcher
-from engine_sidecar.backends.common.prompts import Limits, Prepared, prepare
+from engine_sidecar.backends.common.prompts import (
+    Limits,
+    Prepared,
+    detokenize,
+    prepare,
+    tokenize,
+)
+from engine_sidecar.backends.common.tokenizer import HfTokenizer
 from engine_sidecar.backends.common.usage import Usage
 from engine_sidecar.backends.vllm.config import VllmConfig
 from engine_sidecar.backends.vllm.engine import (
@@ -160,6 +167,18 @@ class VllmBackend:
         return engine is None or not engine.errored
 
     # --- requests ------------------------------------------------------------------------
+    def _tokenizer(self) -> HfTokenizer:
+        engine = self.engine
+        if engine is None or self._stopped:
+            raise RequestError(ErrorCode.UNAVAILABLE, "the vLLM engine is not running")
+        return engine.tokenizer
+
+    def tokenize(self, r: EngineRequest) -> list[int]:
+        return tokenize(r, self._limits, self._tokenizer())
+
+    def detokenize(self, model: str, ids: list[int]) -> str:
+        return detokenize(model, ids, self._limits, self._tokenizer())
+
     def _validate(self, r: EngineRequest) -> Prepared:
         engine = self.engine
         if engine is None or self._stopped:

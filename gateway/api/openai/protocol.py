@@ -392,7 +392,7 @@ def _request(
     )
 
 
-def _message(i: int, msg: ChatMessage) -> Message:
+def message_of(i: int, msg: ChatMessage) -> Message:
     # Chat templates rarely know OpenAI's "developer" role; it means "system" there.
     role = "system" if msg.role == "developer" else msg.role
     content = msg.content
@@ -445,7 +445,7 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
         raise _not_served("add_generation_prompt", "a generation prompt is always added")
     if req.continue_final_message:
         raise _not_served("continue_final_message", "a generation prompt is always added")
-    messages = tuple([_message(i, m) for i, m in enumerate(req.messages)])
+    messages = tuple([message_of(i, m) for i, m in enumerate(req.messages)])
     return _request(req, request_id, default_max_tokens, messages=messages)
 
 

@@ -57,6 +57,34 @@ class SubmitRequest(_message.Message):
     generation: bytes
     def __init__(self, key: _Optional[int] = ..., resume_token_ids: _Optional[_Iterable[int]] = ..., generation: _Optional[bytes] = ...) -> None: ...
 
+class TokenizeRequest(_message.Message):
+    __slots__ = ("generation",)
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    generation: bytes
+    def __init__(self, generation: _Optional[bytes] = ...) -> None: ...
+
+class TokenizeReply(_message.Message):
+    __slots__ = ("tokens", "max_model_len")
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    max_model_len: int
+    def __init__(self, tokens: _Optional[_Iterable[int]] = ..., max_model_len: _Optional[int] = ...) -> None: ...
+
+class DetokenizeRequest(_message.Message):
+    __slots__ = ("model", "tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DetokenizeReply(_message.Message):
+    __slots__ = ("prompt",)
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    prompt: str
+    def __init__(self, prompt: _Optional[str] = ...) -> None: ...
+
 class LinkRequest(_message.Message):
     __slots__ = ("submits", "aborts")
     SUBMITS_FIELD_NUMBER: _ClassVar[int]

@@ -49,6 +49,16 @@ class EngineStub:
                 request_serializer=shardgate_dot_v1_dot_engine__pb2.InfoRequest.SerializeToString,
                 response_deserializer=shardgate_dot_v1_dot_engine__pb2.InfoReply.FromString,
                 _registered_method=True)
+        self.Tokenize = channel.unary_unary(
+                '/shardgate.engine.v1.Engine/Tokenize',
+                request_serializer=shardgate_dot_v1_dot_engine__pb2.TokenizeRequest.SerializeToString,
+                response_deserializer=shardgate_dot_v1_dot_engine__pb2.TokenizeReply.FromString,
+                _registered_method=True)
+        self.Detokenize = channel.unary_unary(
+                '/shardgate.engine.v1.Engine/Detokenize',
+                request_serializer=shardgate_dot_v1_dot_engine__pb2.DetokenizeRequest.SerializeToString,
+                response_deserializer=shardgate_dot_v1_dot_engine__pb2.DetokenizeReply.FromString,
+                _registered_method=True)
         self.SetFaults = channel.unary_unary(
                 '/shardgate.engine.v1.Engine/SetFaults',
                 request_serializer=shardgate_dot_v1_dot_engine__pb2.Faults.SerializeToString,
@@ -80,6 +90,20 @@ class EngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Tokenize(self, request, context):
+        """How the engine tokenises a prompt (the chat template applied) and decodes token ids: what
+        vLLM's /tokenize and /detokenize answer. UNIMPLEMENTED where the engine cannot say.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Detokenize(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetFaults(self, request, context):
         """Drills: change the injected faults at run time. Refused (PERMISSION_DENIED) unless the
         sidecar's config allows fault injection.
@@ -105,6 +129,16 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=shardgate_dot_v1_dot_engine__pb2.InfoRequest.FromString,
                     response_serializer=shardgate_dot_v1_dot_engine__pb2.InfoReply.SerializeToString,
+            ),
+            'Tokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Tokenize,
+                    request_deserializer=shardgate_dot_v1_dot_engine__pb2.TokenizeRequest.FromString,
+                    response_serializer=shardgate_dot_v1_dot_engine__pb2.TokenizeReply.SerializeToString,
+            ),
+            'Detokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Detokenize,
+                    request_deserializer=shardgate_dot_v1_dot_engine__pb2.DetokenizeRequest.FromString,
+                    response_serializer=shardgate_dot_v1_dot_engine__pb2.DetokenizeReply.SerializeToString,
             ),
             'SetFaults': grpc.unary_unary_rpc_method_handler(
                     servicer.SetFaults,
@@ -193,6 +227,60 @@ class Engine:
             '/shardgate.engine.v1.Engine/Info',
             shardgate_dot_v1_dot_engine__pb2.InfoRequest.SerializeToString,
             shardgate_dot_v1_dot_engine__pb2.InfoReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Tokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.engine.v1.Engine/Tokenize',
+            shardgate_dot_v1_dot_engine__pb2.TokenizeRequest.SerializeToString,
+            shardgate_dot_v1_dot_engine__pb2.TokenizeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Detokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.engine.v1.Engine/Detokenize',
+            shardgate_dot_v1_dot_engine__pb2.DetokenizeRequest.SerializeToString,
+            shardgate_dot_v1_dot_engine__pb2.DetokenizeReply.FromString,
             options,
             channel_credentials,
             insecure,

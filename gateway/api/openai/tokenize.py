@@ -1,0 +1,107 @@
+"""POST /tokenize and /detokenize with vLLM's bodies and answers, served by a replica of the
+model (its engine's tokenizer and chat template, the same ids a generation would get)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from aiohttp import web
+from shardgate.v1.params import Generation
+
+from gateway.api.body import read_body
+from gateway.api.openai.protocol import ChatMessage, message_of
+from gateway.config.schema import GatewaySettings
+from gateway.policy.tenants import bearer_key
+from gateway.runtime.fleet import Fleet
+from gateway.runtime.service import Service
+from gateway.types import InvalidRequest, ModelNotFound, Sampling, Unavailable
+from gateway.upstream import tokens
+
+_TokenId = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+TIMEOUT_S = 10.0
+
+
+class TokenizeBody(msgspec.Struct, kw_only=True):
+    model: Annotated[str, msgspec.Meta(min_length=1)]
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool | None = None
+    return_token_strs: bool | None = None
+
+
+class DetokenizeBody(msgspec.Struct, kw_only=True):
+    model: Annotated[str, msgspec.Meta(min_length=1)]
+    tokens: list[_TokenId]
+
+
+def _decode(body: bytes, kind: type[Any]) -> Any:
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as e:
+        path = str(e).rpartition("`$.")[2].rstrip("`") if "`$." in str(e) else None
+        raise InvalidRequest(f"Invalid request body: {e}.", path) from None
+    except (msgspec.DecodeError, RecursionError):
+        raise InvalidRequest("The request body is not valid JSON.") from None
+
+
+class Tokenizing:
+    def __init__(self, fleet: Fleet, service: Service, settings: GatewaySettings) -> None:
+        self._fleet = fleet
+        self._service = service
+        self.settings = settings
+
+    def _replica(self, request: web.Request, model: str) -> tuple[str, str, str]:
+        """(model, lora, the address of a routable replica's head) for `model`."""
+        self._service.tenants.resolve(bearer_key(request.headers.get("Authorization")))
+        lora = ""
+        parent = self._fleet.adapters.get(model)
+        if parent is not None and model not in self._fleet.seen_models:
+            model, lora = parent, model
+        if not self._fleet.knows(model):
+            raise ModelNotFound(f"The model `{model}` does not exist.", "model")
+        live = [r for r in self._fleet.pool(model) if r.routable]
+        if not live:
+            raise Unavailable(f"No healthy replica serves `{model}` right now.")
+        return model, lora, min(live, key=lambda r: r.inflight).address
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await read_body(
+            request, self.settings.max_body_bytes, self.settings.client_body_timeout_s
+        )
+        req: TokenizeBody = _decode(body, TokenizeBody)
+        if (req.prompt is None) == (req.messages is None):
+            raise InvalidRequest("Exactly one of 'prompt' and 'messages' must be given.", "prompt")
+        for name in ("add_special_tokens", "return_token_strs"):
+            if getattr(req, name):
+                raise InvalidRequest(f"{name} is not supported.", name)
+        if req.add_generation_prompt is False:
+            raise InvalidRequest("add_generation_prompt is not supported.", "add_generation_prompt")
+        model, lora, address = self._replica(request, req.model)
+        messages = (
+            tuple(message_of(i, m) for i, m in enumerate(req.messages))
+            if req.messages is not None
+            else None
+        )
+        generation = Generation(
+            request_id="tokenize",
+            model=model,
+            sampling=Sampling(max_tokens=1),
+            prompt=req.prompt,
+            messages=messages,
+            lora=lora,
+        )
+        ids, max_len = await tokens.tokenize(address, generation, TIMEOUT_S)
+        return web.json_response(
+            {"count": len(ids), "max_model_len": max_len, "tokens": ids, "token_strs": None}
+        )
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        body = await read_body(
+            request, self.settings.max_body_bytes, self.settings.client_body_timeout_s
+        )
+        req: DetokenizeBody = _decode(body, DetokenizeBody)
+        model, _, address = self._replica(request, req.model)
+        text = await tokens.detokenize(address, model, req.tokens, TIMEOUT_S)
+        return web.json_response({"prompt": text})
