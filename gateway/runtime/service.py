@@ -109,6 +109,9 @@ class Service:
         honoured = self.fleet.capabilities.get(req.model, frozenset())
         for name in wanted:
             if name not in honoured:
+                structured = req.sampling.structured
+                if name == "structured" and structured is not None:
+                    name = structured.field  # the field the client used for it
                 raise InvalidRequest(
                     f"model {req.model}: {name} is not supported by its engine.", name
                 )

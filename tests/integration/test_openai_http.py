@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -16,8 +17,9 @@ MESSAGES: list[Any] = [{"role": "user", "content": "Tell me about shards."}]
 
 
 @pytest.fixture
-def client(cluster: Cluster) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="none", max_retries=0)
+def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="none", max_retries=0) as c:
+        yield c
 
 
 def post(cluster: Cluster, path: str, body: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:

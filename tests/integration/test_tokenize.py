@@ -41,7 +41,11 @@ def post(cluster: Cluster, path: str, body: dict[str, Any]) -> tuple[int, dict[s
 
 
 def test_tokenize_counts_what_a_generation_counts(cluster: Cluster) -> None:
-    client = openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="none", max_retries=0)
+    with openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="none", max_retries=0) as c:
+        counts(cluster, c)
+
+
+def counts(cluster: Cluster, client: openai.OpenAI) -> None:
     status, text = post(cluster, "/tokenize", {"model": "sim-llama", "prompt": "Tell me more"})
     assert status == 200
     assert text["count"] == len(text["tokens"]) and text["max_model_len"] == 4096

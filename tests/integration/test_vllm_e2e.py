@@ -7,6 +7,7 @@ it), so the tests use the SDK's asyncio client.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -235,3 +236,33 @@ async def test_tokenize_and_detokenize_as_vllm_does(
         assert reply.usage is not None and reply.usage.prompt_tokens == chat["count"]
         async with http.post(f"{base}/detokenize", json={"model": MODEL, "tokens": ids}) as r:
             assert (await r.json())["prompt"].endswith("Tell me about shards")
+
+
+async def test_structured_outputs_constrain_the_answer(client: openai.AsyncOpenAI) -> None:
+    async def content(**extra: Any) -> str:
+        out = await client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0.0, **extra
+        )
+        return out.choices[0].message.content or ""
+
+    assert await content(extra_body={"structured_outputs": {"choice": ["yes", "no"]}}) in (
+        "yes",
+        "no",
+    )
+    schema = {"type": "string", "enum": ["left", "right"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "side", "schema": schema}}
+    assert json.loads(await content(response_format=fmt)) in ("left", "right")
+    regex = await content(extra_body={"structured_outputs": {"regex": "[ab]{3}"}})
+    assert len(regex) == 3 and set(regex) <= {"a", "b"}
+
+
+async def test_a_schema_the_engine_cannot_compile_is_400_naming_the_field(
+    client: openai.AsyncOpenAI,
+) -> None:
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 12}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        await client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=4, response_format=bad
+        )
+    body = e.value.body
+    assert isinstance(body, dict) and body["param"] == "response_format"

@@ -83,7 +83,8 @@ class TritonBackend:
         extra = {"engine": "triton", "convention": c.convention, "url": c.url}
         # Triton's vLLM backend takes vLLM's sampling parameters as they are; the TensorRT-LLM
         # convention maps only the base ones.
-        caps = frozenset(OPTIONAL) if c.convention == "vllm" else frozenset()
+        # (Structured outputs not yet: their parameters do not travel as plain JSON values.)
+        caps = frozenset(OPTIONAL) - {"structured"} if c.convention == "vllm" else frozenset()
         return BackendInfo("triton", (card,), c.max_num_seqs, extra, caps)
 
     async def start(self, sink: DeltaSink) -> None:

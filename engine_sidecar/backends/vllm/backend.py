@@ -218,7 +218,8 @@ class VllmBackend:
             raise
         except Exception as e:
             if r.key in self._requests:
-                batcher.add(error_delta(usage, e))
+                structured = r.sampling.structured
+                batcher.add(error_delta(usage, e, structured.field if structured else ""))
         finally:
             entry = self._requests.get(r.key)
             if entry is not None and entry[0] is asyncio.current_task():

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
+from shardgate.v1.params import Structured
 from vllm import SamplingParams
 from vllm.lora.request import LoRARequest
-from vllm.sampling_params import RequestOutputKind
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 from engine_sidecar.backend import Sampling
 
@@ -23,8 +26,21 @@ CAPABILITIES = frozenset(
         "min_tokens",
         "bad_words",
         "allowed_token_ids",
+        "structured",
     }
 )
+
+
+def structured_outputs(s: Structured | None) -> StructuredOutputsParams | None:
+    if s is None:
+        return None
+    return StructuredOutputsParams(
+        json=json.loads(s.json) if s.json is not None else None,
+        json_object=s.json_object,
+        regex=s.regex,
+        choice=list(s.choice) if s.choice is not None else None,
+        grammar=s.grammar,
+    )
 
 
 def sampling_params(
@@ -50,6 +66,7 @@ def sampling_params(
         min_tokens=max(0, s.min_tokens - resumed),
         bad_words=list(s.bad_words) or None,
         allowed_token_ids=list(s.allowed_token_ids) if s.allowed_token_ids is not None else None,
+        structured_outputs=structured_outputs(s.structured),
         detokenize=detokenize,
         output_kind=RequestOutputKind.DELTA,
     )

@@ -38,6 +38,18 @@ class Message(msgspec.Struct, frozen=True, array_like=True, gc=False):
     content: str
 
 
+class Structured(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=True):
+    """Structured outputs (vLLM's StructuredOutputsParams): exactly one kind is set. `field` is
+    the request field it came from, named in the engine's errors (a schema it cannot compile)."""
+
+    field: str
+    json: str | None = None  # a JSON schema, as JSON text
+    json_object: bool | None = None
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+    grammar: str | None = None
+
+
 class Sampling(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=True):
     """vLLM's sampling parameters, named as its OpenAI server names them. Every engine honours
     the first seven; each of the others, when it differs from its default (the field is asked
@@ -62,6 +74,7 @@ class Sampling(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=T
     spaces_between_special_tokens: bool = True
     bad_words: tuple[str, ...] = ()
     allowed_token_ids: tuple[int, ...] | None = None
+    structured: Structured | None = None
 
 
 _BASE: Final = frozenset(
@@ -79,7 +92,8 @@ _DEFAULTS: Final = tuple(OPTIONAL.values())
 # Fields with which an engine cannot resume exactly: vLLM applies them to the tokens it
 # generated itself, and a resumed run sees the earlier ones as prompt. Such a request is never
 # preempted, and moves to another replica only before its first token.
-NOT_RESUMABLE: Final = ("presence_penalty", "frequency_penalty", "bad_words")
+# Structured outputs too: a resumed run would start its grammar again from the first token.
+NOT_RESUMABLE: Final = ("presence_penalty", "frequency_penalty", "bad_words", "structured")
 
 
 def not_resumable(s: Sampling) -> list[str]:

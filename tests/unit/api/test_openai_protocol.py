@@ -9,6 +9,7 @@ from typing import Any
 import httpx2
 import openai
 import pytest
+from shardgate.v1.params import Structured
 
 from gateway.api.openai.protocol import decode_chat, decode_completion
 from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
@@ -303,13 +304,6 @@ def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> Non
 # Fields that ask for what the gateway does not serve yet: a 400 naming each, never a 200 as if
 # the field had not been sent.
 NOT_SERVED: list[tuple[str, Any]] = [
-    ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
-    ("structured_outputs", {"choice": ["a", "b"]}),
-    ("guided_json", {"type": "object"}),
-    ("guided_regex", "[a-z]+"),
-    ("guided_choice", ["a"]),
-    ("guided_grammar", "root ::= 'a'"),
     ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
     ("tool_choice", "auto"),
     ("tool_choice", "required"),
@@ -342,6 +336,67 @@ def test_completion_refuses_what_it_does_not_serve_by_name(field: str, value: An
     with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
         decode_completion(completion(**{field: value}), "rid")
     assert e.value.param == field
+
+
+@pytest.mark.parametrize(
+    ("fields", "want"),
+    [
+        (
+            {"response_format": {"type": "json_object"}},
+            Structured(field="response_format", json_object=True),
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "object"}},
+                }
+            },
+            Structured(field="response_format", json='{"type":"object"}'),
+        ),
+        (
+            {"structured_outputs": {"choice": ["a", "b"]}},
+            Structured(field="structured_outputs", choice=("a", "b")),
+        ),
+        (
+            {"structured_outputs": {"regex": "[a-z]+"}},
+            Structured(field="structured_outputs", regex="[a-z]+"),
+        ),
+        (
+            {"structured_outputs": {"grammar": "root ::= 'a'"}},
+            Structured(field="structured_outputs", grammar="root ::= 'a'"),
+        ),
+        (
+            {"guided_json": {"type": "object"}},
+            Structured(field="guided_json", json='{"type":"object"}'),
+        ),
+        ({"guided_choice": ["a"]}, Structured(field="guided_choice", choice=("a",))),
+        ({"response_format": {"type": "text"}}, None),
+    ],
+)
+def test_structured_outputs_are_decoded_for_the_engine(
+    fields: dict[str, Any], want: Structured | None
+) -> None:
+    assert decode_chat(chat(**fields), "rid").sampling.structured == want
+    assert decode_completion(completion(**fields), "rid").sampling.structured == want
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"response_format": {"type": "xml"}}, "response_format"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+        ({"structured_outputs": {"choice": []}}, "structured_outputs"),
+        ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs"),
+        ({"structured_outputs": {"structural_tag": "x"}}, "structured_outputs.structural_tag"),
+        ({"structured_outputs": {"json_object": False}}, "structured_outputs"),
+        ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_regex"),
+    ],
+)
+def test_bad_structured_outputs_are_refused_by_name(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        decode_chat(chat(**fields), "rid")
+    assert e.value.param == param
 
 
 def test_a_completion_prompt_of_token_ids_goes_to_the_engine_as_ids() -> None:
