@@ -72,6 +72,7 @@ class ChatMessage(msgspec.Struct):
 
 class StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None  # vLLM extension: not served yet
 
 
 class _Common(msgspec.Struct, kw_only=True):
@@ -359,6 +360,10 @@ def _check_unserved(req: _Common) -> None:
         raise _not_served("tool_choice", "tool calling is not served yet")
     if req.prompt_logprobs is not None:
         raise _not_served("prompt_logprobs", "logprobs are not served yet")
+    if req.stream_options is not None and req.stream_options.continuous_usage_stats:
+        raise _not_served(
+            "stream_options.continuous_usage_stats", "usage comes with the last chunk only"
+        )
     if req.return_token_ids:
         raise _not_served("return_token_ids", "token ids are not returned yet")
     if req.truncate_prompt_tokens is not None:

@@ -311,6 +311,14 @@ NOT_SERVED: list[tuple[str, Any]] = [
     ("return_token_ids", True),
     ("truncate_prompt_tokens", 8),
 ]
+
+
+def test_continuous_usage_stats_is_refused_by_name() -> None:
+    with pytest.raises(InvalidRequest) as e:
+        decode_chat(chat(stream=True, stream_options={"continuous_usage_stats": True}), "rid")
+    assert e.value.param == "stream_options.continuous_usage_stats"
+
+
 NOT_SERVED_CHAT: list[tuple[str, Any]] = [
     ("top_logprobs", 3),
     ("chat_template", "{{ messages }}"),
