@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
+from gateway.api.openai.protocol import sampling_of
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
 from gateway.policy.tenants import bearer_key
@@ -21,7 +23,6 @@ from gateway.types import (
     GenerationRequest,
     InvalidRequest,
     Message,
-    Sampling,
 )
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -44,8 +45,10 @@ def status_of(err: GatewayError) -> grpc.StatusCode:
 
 
 def trailing(err: GatewayError) -> tuple[tuple[str, str], ...]:
-    """Error headers (retry-after, rate limits) as trailing metadata."""
-    return tuple((k.lower(), v) for k, v in err.headers)
+    """Error headers (retry-after, rate limits) as trailing metadata, and the request field at
+    fault as `param` (as the OpenAI API's error body names it)."""
+    out = tuple((k.lower(), v) for k, v in err.headers)
+    return (*out, ("param", err.param)) if err.param else out
 
 
 def usage_trailer(prompt: int, completion: int) -> tuple[tuple[str, str], ...]:
@@ -74,14 +77,7 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
     return GenerationRequest(
         request_id=m.request_id or new_request_id(),
         model=m.model,
-        sampling=Sampling(
-            max_tokens=m.max_tokens or default_max_tokens,
-            temperature=m.temperature if m.HasField("temperature") else 1.0,
-            top_p=m.top_p if m.HasField("top_p") else 1.0,
-            seed=m.seed if m.HasField("seed") else None,
-            stop=tuple(m.stop),
-            ignore_eos=m.ignore_eos,
-        ),
+        sampling=sampling_of(sampling_fields(m), default_max_tokens),
         prompt=m.prompt if which == "prompt" else None,
         messages=(
             tuple(Message(x.role, x.content) for x in m.chat.messages) if which == "chat" else None
@@ -90,6 +86,43 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
         priority=m.priority if m.HasField("priority") else None,
         session_id=m.session_id,
     )
+
+
+_OPTIONAL_SCALARS = (
+    "temperature",
+    "top_p",
+    "seed",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_p",
+    "min_tokens",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+)
+_LISTS = ("stop", "stop_token_ids", "bad_words", "allowed_token_ids")
+
+
+def sampling_fields(m: pb.GenerateRequest) -> dict[str, Any]:
+    """The request's sampling fields by their OpenAI names (what is set, nothing else)."""
+    out: dict[str, Any] = {"max_tokens": m.max_tokens or None, "ignore_eos": m.ignore_eos}
+    for name in _OPTIONAL_SCALARS:
+        if m.HasField(name):
+            out[name] = getattr(m, name)
+    for name in _LISTS:
+        values = list(getattr(m, name))
+        if values:
+            out[name] = values
+    if m.logit_bias:
+        out["logit_bias"] = {str(k): v for k, v in m.logit_bias.items()}
+    if m.HasField("structured_outputs"):
+        kind = m.structured_outputs.WhichOneof("kind")
+        if kind is not None:
+            value = getattr(m.structured_outputs, kind)
+            out["structured_outputs"] = {kind: list(value.choices) if kind == "choice" else value}
+    return out
 
 
 class GatewayServicer(pb_grpc.GatewayServicer):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import openai
@@ -101,3 +102,31 @@ def test_health_and_reflection(channel: grpc.Channel) -> None:
     )
     names = {s.name for s in replies[0].list_services_response.service}
     assert {"shardgate.v1.Gateway", "grpc.health.v1.Health"} <= names
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "message"),
+    [
+        ({"presence_penalty": 0.5}, "presence_penalty", "not supported by its engine"),
+        ({"logit_bias": {5: 10.0}}, "logit_bias", "not supported by its engine"),
+        ({"min_tokens": 2}, "min_tokens", "not supported by its engine"),
+        (
+            {"structured_outputs": pb.StructuredOutputs(regex="[ab]+")},
+            "structured_outputs",
+            "not supported by its engine",
+        ),
+        ({"min_p": 1.5}, "min_p", "between 0 and 1"),
+        ({"frequency_penalty": -3.0}, "frequency_penalty", "between -2 and 2"),
+    ],
+)
+def test_sampling_fields_are_refused_by_name_where_the_engine_cannot_honour_them(
+    channel: grpc.Channel, extra: dict[str, Any], param: str, message: str
+) -> None:
+    stub = pb_grpc.GatewayStub(channel)
+    req = pb.GenerateRequest(model="sim-llama", prompt="hi", max_tokens=4, **extra)
+    with pytest.raises(grpc.RpcError) as e:
+        list(stub.Generate(req, timeout=10))
+    err: Any = e.value
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in err.details()
+    assert dict(err.trailing_metadata())["param"] == param

@@ -266,3 +266,31 @@ async def test_a_schema_the_engine_cannot_compile_is_400_naming_the_field(
         )
     body = e.value.body
     assert isinstance(body, dict) and body["param"] == "response_format"
+
+
+async def test_grpc_sampling_fields_reach_the_engine(cluster: VllmCluster) -> None:
+    from shardgate.v1 import gateway_pb2 as gpb
+    from shardgate.v1 import gateway_pb2_grpc as gpb_grpc
+
+    target = f"127.0.0.1:{cluster.gateway.grpc_port}"
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = gpb_grpc.GatewayStub(channel)
+        req = gpb.GenerateRequest(
+            model=MODEL,
+            prompt="Tell me",
+            max_tokens=6,
+            temperature=0.0,
+            ignore_eos=True,
+            allowed_token_ids=[300],
+        )
+        ids = [t async for r in stub.Generate(req, timeout=60) for t in r.token_ids]
+        assert ids == [300] * 6
+        choice = gpb.GenerateRequest(
+            model=MODEL,
+            prompt="Tell me",
+            max_tokens=8,
+            temperature=0.0,
+            structured_outputs=gpb.StructuredOutputs(choice=gpb.Choices(choices=["yes", "no"])),
+        )
+        text = "".join([r.text async for r in stub.Generate(choice, timeout=60)])
+        assert text in ("yes", "no")

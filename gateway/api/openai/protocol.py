@@ -504,6 +504,17 @@ def message_of(i: int, msg: ChatMessage) -> Message:
     return Message(role, "\n".join(texts))
 
 
+def sampling_of(fields: dict[str, Any], default_max_tokens: int) -> Sampling:
+    """Sampling from fields named as in the OpenAI API (another API's request, mapped), with
+    the same bounds, checks and errors as a JSON body's."""
+    try:
+        req = msgspec.convert({"model": "-", **fields}, _Common)
+    except msgspec.ValidationError as err:
+        raise _validation_error(err, _EXPECTED) from None
+    _check_common(req)
+    return _sampling(req, default_max_tokens)
+
+
 def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> GenerationRequest:
     """Decode and validate a POST /v1/chat/completions body.
 
