@@ -10,8 +10,6 @@ place, to resume later from prompt + tokens so far. Its client sees a pause, nev
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import logging
 import math
 import time
@@ -20,41 +18,17 @@ from typing import Protocol
 
 from gateway.config.tenants import SchedulingConfig
 from gateway.policy.preemption import Preemption
-from gateway.policy.priority_queue import Overflow, PriorityQueue, Waiter
+from gateway.policy.priority_queue import Overflow, Waiter
 from gateway.runtime.events import EventQueue, Failed, Finished, Left
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
+from gateway.runtime.keepalives import KeepAlives
 from gateway.runtime.lifecycle import ON_ENGINE, Move, next_state, stale
+from gateway.runtime.pool import Pool, no_replica, overflow_error
 from gateway.runtime.supervisor import Recovery, Supervisor
-from gateway.types import GatewayError, RateLimited, Unavailable, keepalive
+from gateway.types import GatewayError, Unavailable
 
 log = logging.getLogger(__name__)
-
-
-class Pool:
-    __slots__ = ("model", "preemptions", "queue", "running")
-
-    def __init__(self, model: str, scheduling: SchedulingConfig) -> None:
-        self.model = model
-        self.queue: PriorityQueue[Job] = PriorityQueue(scheduling)
-        # In the order they started (a dict: iteration is deterministic, unlike a set's).
-        self.running: dict[Job, None] = {}
-        self.preemptions: dict[int, int] = {}
-
-
-def overflow_error(o: Overflow, reason: str = "queue_full") -> GatewayError:
-    retry = max(1, round(o.retry_after_s)) if o.retry_after_s is not None else None
-    headers = (("retry-after", str(retry)),) if retry is not None else ()
-    cls = RateLimited if o.status == 429 else Unavailable
-    err = cls(o.reason, None, headers)
-    err.reason = reason
-    return err
-
-
-def no_replica(model: str) -> GatewayError:
-    err = Unavailable(f"No healthy replica serves `{model}` right now.")
-    err.reason = "no_replica"
-    return err
 
 
 class Cancellable(Protocol):
@@ -105,9 +79,7 @@ class Scheduler:
         self._clock = clock
         self.pools: dict[str, Pool] = {}
         self.on_queue_wait: Callable[[Job, float], None] | None = None
-        # Keep-alives due to queued jobs: (when, order, job); stale entries drop when due.
-        self._beats: list[tuple[float, int, Job]] = []
-        self._beat_seq = itertools.count()
+        self._beats = KeepAlives()
         self._timer: Cancellable | None = None
         self._timer_at = math.inf
         self._closed = False
@@ -258,8 +230,7 @@ class Scheduler:
 
     def _queued(self, job: Job, now: float) -> None:
         """The job waits: its first keep-alive is due one interval from now."""
-        job.beat_at = now + self.keepalive_s
-        heapq.heappush(self._beats, (job.beat_at, next(self._beat_seq), job))
+        self._beats.due(job, now + self.keepalive_s)
 
     # -- events ----------------------------------------------------------------------------------
     def _on_finished(self, ev: Finished) -> None:
@@ -375,7 +346,7 @@ class Scheduler:
 
     def next_wake(self) -> float:
         """When something is next due (the scheduler's clock), inf if nothing is."""
-        when = self._beats[0][0] if self._beats else math.inf
+        when = self._beats.next_at
         for pool in self.pools.values():
             dl = pool.queue.next_deadline()
             if dl is not None and dl < when:
@@ -408,17 +379,6 @@ class Scheduler:
                         self._end(pool, w.payload, error)
                     except Exception:  # one request's end must not keep the others waiting
                         log.exception("ending request %s failed", w.payload.request.request_id)
-            self._keepalives(now)
+            self._beats.beat(now, self.keepalive_s)
         finally:
             self._arm()
-
-    def _keepalives(self, now: float) -> None:
-        beats = self._beats
-        while beats and beats[0][0] <= now:
-            when, _, job = heapq.heappop(beats)
-            waiter = job.waiter
-            if when != job.beat_at or waiter is None or not waiter.queued:
-                continue  # placed (or gone) since
-            job.out.push(keepalive())
-            job.beat_at = now + self.keepalive_s
-            heapq.heappush(beats, (job.beat_at, next(self._beat_seq), job))

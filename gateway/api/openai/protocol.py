@@ -14,12 +14,21 @@ This is the hot path of every request: each endpoint has one cached `msgspec.jso
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
-from shardgate.v1.params import Structured
 
+from gateway.api.openai.structured import structured_of
+from gateway.api.openai.validation import (
+    EXPECTED,
+    EXPECTED_CHAT,
+    EXPECTED_COMPLETION,
+    INT32_MAX,
+    UINT64_MAX,
+    decode_json,
+    not_served,
+    validation_error,
+)
 from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
 
 __all__ = [
@@ -33,26 +42,22 @@ __all__ = [
 ]
 
 _INT32_MIN: Final = -(2**31)
-_INT32_MAX: Final = 2**31 - 1
-_UINT64_MAX: Final = 2**64 - 1
 
 # Sampling.max_tokens and top_k travel to the engine as int32, the seed as uint64.
-_MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=_INT32_MAX)]
+_MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=INT32_MAX)]
 _Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 _TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
-_TopK = Annotated[int, msgspec.Meta(ge=-1, le=_INT32_MAX)]
+_TopK = Annotated[int, msgspec.Meta(ge=-1, le=INT32_MAX)]
 _Seed = Annotated[int, msgspec.Meta(ge=0)]  # msgspec bounds must fit int64: le checked later
-_Int32 = Annotated[int, msgspec.Meta(ge=_INT32_MIN, le=_INT32_MAX)]
+_Int32 = Annotated[int, msgspec.Meta(ge=_INT32_MIN, le=INT32_MAX)]
 _Stop = str | Annotated[list[str], msgspec.Meta(max_length=4)]
 _Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
-_RepetitionPenalty = Annotated[float, msgspec.Meta(gt=0.0, le=_INT32_MAX)]
+_RepetitionPenalty = Annotated[float, msgspec.Meta(gt=0.0, le=INT32_MAX)]
 _MinP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-_TokenId = Annotated[int, msgspec.Meta(ge=0, le=_INT32_MAX)]
+_TokenId = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 _Bias = Annotated[float, msgspec.Meta(ge=-100.0, le=100.0)]
-_MinTokens = Annotated[int, msgspec.Meta(ge=0, le=_INT32_MAX)]
+_MinTokens = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 _Model = Annotated[str, msgspec.Meta(min_length=1)]
-
-_T = TypeVar("_T")
 
 Role = Literal["system", "user", "assistant", "developer", "tool"]
 
@@ -150,224 +155,25 @@ _CHAT_DECODER: Final = msgspec.json.Decoder(ChatCompletionRequest)
 _COMPLETION_DECODER: Final = msgspec.json.Decoder(CompletionRequest)
 
 
-# --- error messages --------------------------------------------------------------------------
-
-_MUST_BE_POSITIVE = f"must be an integer greater than 0 (at most {_INT32_MAX})"
-
-# What each field must be, keyed by its path with list indices elided ("messages[].role").
-_EXPECTED: Final[dict[str, str]] = {
-    "model": "must be a non-empty string",
-    "messages": "must be a non-empty array of message objects",
-    "messages[]": "must be a message object with a 'role' and a 'content'",
-    "messages[].role": "must be one of 'system', 'user', 'assistant', 'developer', 'tool'",
-    "messages[].content": "must be a string, an array of text content parts, or null",
-    "messages[].content[]": 'must be a content part object like {"type": "text", "text": "..."}',
-    "messages[].content[].type": "must be a string",
-    "messages[].content[].text": "must be a string",
-    "messages[].name": "must be a string",
-    "prompt": "must be a string, or a non-empty array of token ids",
-    "max_tokens": _MUST_BE_POSITIVE,
-    "max_completion_tokens": _MUST_BE_POSITIVE,
-    "temperature": "must be a number between 0 and 2",
-    "top_p": "must be a number greater than 0 and at most 1",
-    "top_k": "must be an integer: -1 or 0 to disable top-k, or a positive number of tokens",
-    "seed": f"must be an integer between 0 and {_UINT64_MAX}",
-    "stop": "must be a string or an array of at most 4 strings",
-    "stream": "must be a boolean",
-    "stream_options": 'must be an object like {"include_usage": true}',
-    "stream_options.include_usage": "must be a boolean",
-    "n": "must be an integer",
-    "ignore_eos": "must be a boolean",
-    "user": "must be a string",
-    "priority": "must be a 32-bit integer",
-    "echo": "must be a boolean",
-    "best_of": "must be an integer",
-    "presence_penalty": "must be a number between -2 and 2",
-    "frequency_penalty": "must be a number between -2 and 2",
-    "repetition_penalty": "must be a number greater than 0",
-    "min_p": "must be a number between 0 and 1",
-    "logit_bias": "must be an object mapping token ids to numbers between -100 and 100",
-    "stop_token_ids": "must be an array of token ids (integers of at least 0)",
-    "include_stop_str_in_output": "must be a boolean",
-    "min_tokens": "must be an integer of at least 0",
-    "skip_special_tokens": "must be a boolean",
-    "spaces_between_special_tokens": "must be a boolean",
-    "bad_words": "must be an array of strings",
-    "allowed_token_ids": "must be an array of token ids (integers of at least 0)",
-}
-_EXPECTED_CHAT: Final = {**_EXPECTED, "logprobs": "must be a boolean"}
-_EXPECTED_COMPLETION: Final = {**_EXPECTED, "logprobs": "must be an integer or null"}
-
-# Fields whose element errors are reported against the field itself ("stop", not "stop[2]").
-_WHOLE_FIELDS: Final = frozenset(
-    {"stop", "prompt", "logit_bias", "stop_token_ids", "bad_words", "allowed_token_ids"}
-)
-
-_AT_PATH: Final = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
-_MISSING: Final = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
-_INDEX: Final = re.compile(r"\[\d+\]")
-_GOT_TYPE: Final = re.compile(r", got `(\w+)`")
-_GOT_ENUM: Final = re.compile(r"^Invalid enum value (.*)$", re.DOTALL)
-_JSON_TYPES: Final = {
-    "int": "an integer",
-    "float": "a number",
-    "str": "a string",
-    "bool": "a boolean",
-    "null": "null",
-    "array": "an array",
-    "object": "an object",
-}
-
-
-def _validation_error(err: msgspec.ValidationError, expected: dict[str, str]) -> InvalidRequest:
-    """Turn msgspec's "... - at `$.messages[0].role`" into an OpenAI-style error and param."""
-    m = _AT_PATH.match(str(err))
-    assert m is not None  # the pattern matches any string
-    detail = m["detail"]
-    path = (m["path"] or "").lstrip(".")
-    missing = _MISSING.match(detail)
-    if missing is not None:
-        param = f"{path}.{missing['field']}" if path else missing["field"]
-        return InvalidRequest(f"Missing required parameter: '{param}'.", param)
-    if not path:
-        return InvalidRequest("The request body must be a JSON object.", None)
-    top = path.split(".", 1)[0].split("[", 1)[0]
-    if top in _WHOLE_FIELDS:
-        path = top
-    what = expected.get(_INDEX.sub("[]", path))
-    if what is None:
-        what = detail[0].lower() + detail[1:]
-    elif (got := _GOT_TYPE.search(detail)) is not None:
-        what += f"; got {_JSON_TYPES.get(got[1], got[1])}"
-    elif (got := _GOT_ENUM.match(detail)) is not None:
-        what += f"; got {got[1]}"
-    return InvalidRequest(f"Invalid value for '{path}': {what}.", path)
-
-
-# msgspec bounds its recursion by the interpreter's (sys.getrecursionlimit(), 1000 frames less
-# those in use): a body nested deeper fails fast. Checking it here costs nothing; a scan of every
-# body for its depth would cost as much as the whole decode.
-_TOO_DEEP: Final = "The request body nests arrays and objects too deeply."
-
-
-def _decode(decoder: msgspec.json.Decoder[_T], body: bytes, expected: dict[str, str]) -> _T:
-    try:
-        return decoder.decode(body)
-    except msgspec.ValidationError as err:
-        raise _validation_error(err, expected) from None
-    except msgspec.DecodeError as err:
-        if not body:
-            raise InvalidRequest("The request body is not valid JSON: it is empty.") from None
-        raise InvalidRequest(f"The request body is not valid JSON ({err}).", None) from None
-    except RecursionError:
-        raise InvalidRequest(_TOO_DEEP, None) from None
-
-
 # --- conversion ------------------------------------------------------------------------------
-
-
-def _not_served(name: str, what: str) -> InvalidRequest:
-    return InvalidRequest(f"{name} is not supported: {what}.", name)
-
-
-def _bad(field: str, what: str) -> InvalidRequest:
-    return InvalidRequest(f"Invalid value for '{field}': {what}.", field)
-
-
-def _schema_text(schema: object, field: str) -> str:
-    if isinstance(schema, str):
-        return schema
-    if not isinstance(schema, dict):
-        raise _bad(field, "must be a JSON schema (an object)")
-    return msgspec.json.encode(schema).decode()
-
-
-def _from_response_format(fmt: dict[str, Any]) -> Structured | None:
-    kind = fmt.get("type", "text")
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return Structured(field="response_format", json_object=True)
-    if kind == "json_schema":
-        spec = fmt.get("json_schema")
-        if not isinstance(spec, dict) or "schema" not in spec:
-            raise _bad("response_format", "json_schema needs a 'schema'")
-        return Structured(
-            field="response_format", json=_schema_text(spec["schema"], "response_format")
-        )
-    raise _bad("response_format", "type must be 'text', 'json_object' or 'json_schema'")
-
-
-_KINDS: Final = ("json", "regex", "choice", "grammar", "json_object")
-
-
-def _from_structured_outputs(spec: dict[str, Any]) -> Structured:
-    field = "structured_outputs"
-    unknown = sorted(set(spec) - set(_KINDS))
-    if unknown:
-        raise _not_served(f"{field}.{unknown[0]}", "only json, regex, choice, grammar, json_object")
-    given = [k for k in _KINDS if spec.get(k) is not None]
-    if len(given) != 1:
-        raise _bad(field, f"exactly one of {', '.join(_KINDS)} must be given")
-    return _structured(field, given[0], spec[given[0]])
-
-
-def _structured(field: str, kind: str, value: object) -> Structured:
-    if kind == "json":
-        return Structured(field=field, json=_schema_text(value, field))
-    if kind == "json_object":
-        if value is not True:
-            raise _bad(field, "json_object must be true")
-        return Structured(field=field, json_object=True)
-    if kind == "choice":
-        if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
-            raise _bad(field, "choice must be a non-empty array of strings")
-        return Structured(field=field, choice=tuple(value))
-    if not isinstance(value, str) or not value:
-        raise _bad(field, f"{kind} must be a non-empty string")
-    return (
-        Structured(field=field, regex=value)
-        if kind == "regex"
-        else Structured(field=field, grammar=value)
-    )
-
-
-def structured_of(req: _Common) -> Structured | None:
-    """The request's structured outputs, from whichever of vLLM's fields asked (one at most)."""
-    found: list[Structured] = []
-    if req.response_format is not None:
-        s = _from_response_format(req.response_format)
-        if s is not None:
-            found.append(s)
-    if req.structured_outputs is not None:
-        found.append(_from_structured_outputs(req.structured_outputs))
-    for kind in ("json", "regex", "choice", "grammar"):
-        value = getattr(req, f"guided_{kind}")
-        if value is not None:
-            found.append(_structured(f"guided_{kind}", kind, value))
-    if len(found) > 1:
-        raise _bad(
-            found[1].field, f"structured outputs are already asked for by '{found[0].field}'"
-        )
-    return found[0] if found else None
 
 
 def _check_unserved(req: _Common) -> None:
     """Fields the gateway does not serve yet, refused by name when they ask for something."""
     if req.tools:
-        raise _not_served("tools", "tool calling is not served yet")
+        raise not_served("tools", "tool calling is not served yet")
     if req.tool_choice is not None and req.tool_choice != "none":
-        raise _not_served("tool_choice", "tool calling is not served yet")
+        raise not_served("tool_choice", "tool calling is not served yet")
     if req.prompt_logprobs is not None:
-        raise _not_served("prompt_logprobs", "logprobs are not served yet")
+        raise not_served("prompt_logprobs", "logprobs are not served yet")
     if req.stream_options is not None and req.stream_options.continuous_usage_stats:
-        raise _not_served(
+        raise not_served(
             "stream_options.continuous_usage_stats", "usage comes with the last chunk only"
         )
     if req.return_token_ids:
-        raise _not_served("return_token_ids", "token ids are not returned yet")
+        raise not_served("return_token_ids", "token ids are not returned yet")
     if req.truncate_prompt_tokens is not None:
-        raise _not_served("truncate_prompt_tokens", "prompts are not truncated")
+        raise not_served("truncate_prompt_tokens", "prompts are not truncated")
 
 
 def _check_common(req: _Common) -> None:
@@ -398,8 +204,8 @@ def _sampling(req: _Common, default_max_tokens: int) -> Sampling:
         stop = tuple(req.stop)
     if "" in stop:
         raise InvalidRequest("Invalid value for 'stop': stop strings must not be empty.", "stop")
-    if req.seed is not None and req.seed > _UINT64_MAX:
-        raise InvalidRequest(f"Invalid value for 'seed': {_EXPECTED['seed']}.", "seed")
+    if req.seed is not None and req.seed > UINT64_MAX:
+        raise InvalidRequest(f"Invalid value for 'seed': {EXPECTED['seed']}.", "seed")
     top_k = req.top_k
     if req.min_tokens is not None and req.min_tokens > max_tokens:
         raise InvalidRequest(
@@ -442,7 +248,7 @@ def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
         return None
     out: dict[int, float] = {}
     for key, value in bias.items():
-        if not key.isdigit() or int(key) > _INT32_MAX:
+        if not key.isdigit() or int(key) > INT32_MAX:
             raise InvalidRequest(
                 f"Invalid value for 'logit_bias': {key!r} is not a token id.", "logit_bias"
             )
@@ -510,7 +316,7 @@ def sampling_of(fields: dict[str, Any], default_max_tokens: int) -> Sampling:
     try:
         req = msgspec.convert({"model": "-", **fields}, _Common)
     except msgspec.ValidationError as err:
-        raise _validation_error(err, _EXPECTED) from None
+        raise validation_error(err, EXPECTED) from None
     _check_common(req)
     return _sampling(req, default_max_tokens)
 
@@ -522,21 +328,21 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     (OpenAI's default is "the rest of the context", which the caller knows, not this layer).
     Raises `InvalidRequest` with the offending field in `param`.
     """
-    req = _decode(_CHAT_DECODER, body, _EXPECTED_CHAT)
+    req = decode_json(_CHAT_DECODER, body, EXPECTED_CHAT)
     _check_common(req)
     if req.logprobs:
         raise InvalidRequest("logprobs is not supported.", "logprobs")
     if req.top_logprobs:
-        raise _not_served("top_logprobs", "logprobs are not served yet")
+        raise not_served("top_logprobs", "logprobs are not served yet")
     for name in ("chat_template", "chat_template_kwargs", "documents"):
         if getattr(req, name):
-            raise _not_served(name, "the engine's chat template is applied as it is")
+            raise not_served(name, "the engine's chat template is applied as it is")
     if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
-        raise _not_served("add_special_tokens", "the engine's default is used")
+        raise not_served("add_special_tokens", "the engine's default is used")
     if req.add_generation_prompt is False:
-        raise _not_served("add_generation_prompt", "a generation prompt is always added")
+        raise not_served("add_generation_prompt", "a generation prompt is always added")
     if req.continue_final_message:
-        raise _not_served("continue_final_message", "a generation prompt is always added")
+        raise not_served("continue_final_message", "a generation prompt is always added")
     messages = tuple([message_of(i, m) for i, m in enumerate(req.messages)])
     return _request(req, request_id, default_max_tokens, messages=messages)
 
@@ -549,20 +355,20 @@ def decode_completion(
     `default_max_tokens` applies when max_tokens is not given (OpenAI's default is 16).
     Raises `InvalidRequest` with the offending field in `param`.
     """
-    req = _decode(_COMPLETION_DECODER, body, _EXPECTED_COMPLETION)
+    req = decode_json(_COMPLETION_DECODER, body, EXPECTED_COMPLETION)
     _check_common(req)
     if req.logprobs is not None:
         raise InvalidRequest("logprobs is not supported.", "logprobs")
     if req.suffix:
-        raise _not_served("suffix", "completions take no suffix")
+        raise not_served("suffix", "completions take no suffix")
     if req.add_special_tokens is False:  # (vLLM's default for completions: true)
-        raise _not_served("add_special_tokens", "the engine's default is used")
+        raise not_served("add_special_tokens", "the engine's default is used")
     prompt = req.prompt
     if isinstance(prompt, str):
         return _request(req, request_id, default_max_tokens, prompt=prompt)
     if len(prompt) == 1 and isinstance(prompt[0], str):
         return _request(req, request_id, default_max_tokens, prompt=prompt[0])
-    if prompt and all(type(t) is int and 0 <= t <= _INT32_MAX for t in prompt):
+    if prompt and all(type(t) is int and 0 <= t <= INT32_MAX for t in prompt):
         return _request(req, request_id, default_max_tokens, prompt_token_ids=tuple(prompt))
     if prompt and all(isinstance(p, (str, list)) for p in prompt):
         raise InvalidRequest(
