@@ -109,7 +109,7 @@ def test_health_and_reflection(channel: grpc.Channel) -> None:
     [
         ({"presence_penalty": 0.5}, "presence_penalty", "not supported by its engine"),
         ({"logit_bias": {5: 10.0}}, "logit_bias", "not supported by its engine"),
-        ({"min_tokens": 2}, "min_tokens", "not supported by its engine"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty", "not supported by its engine"),
         (
             {"structured_outputs": pb.StructuredOutputs(regex="[ab]+")},
             "structured_outputs",
@@ -130,3 +130,35 @@ def test_sampling_fields_are_refused_by_name_where_the_engine_cannot_honour_them
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert message in err.details()
     assert dict(err.trailing_metadata())["param"] == param
+
+
+def test_the_sim_honours_stop_token_ids_and_min_tokens(channel: grpc.Channel) -> None:
+    stub = pb_grpc.GatewayStub(channel)
+
+    def run(prompt: str, max_tokens: int, **extra: Any) -> tuple[list[int], str]:
+        req = pb.GenerateRequest(model="sim-llama", prompt=prompt, max_tokens=max_tokens, **extra)
+        ids: list[int] = []
+        finish = ""
+        for r in stub.Generate(req, timeout=30):
+            ids += r.token_ids
+            finish = r.finish_reason or finish
+        return ids, finish
+
+    full, finish = run("Tell me more", 24, ignore_eos=True)
+    assert finish == "length" and len(full) == 24
+    stop = full[5]
+    first = full.index(stop)  # (it may come earlier too)
+    assert run("Tell me more", 24, ignore_eos=True, stop_token_ids=[stop]) == (
+        full[: first + 1],
+        "stop",
+    )
+    # A prompt whose generation the sim ends early (its end of text, deterministic), then the
+    # same with min_tokens past that point: the same tokens, and more.
+    for i in range(20):
+        early, finish = run(f"prompt {i}", 1500)
+        if finish == "stop" and len(early) < 1000:
+            break
+    else:
+        raise AssertionError("no early end of text in 20 prompts")
+    longer, _ = run(f"prompt {i}", 1500, min_tokens=len(early) + 10)
+    assert len(longer) >= len(early) + 10 and longer[: len(early)] == early

@@ -221,8 +221,8 @@ def test_unknown_route_is_json_404(cluster: Cluster) -> None:
         ({"logit_bias": {"5": 10}}, "logit_bias"),
         ({"extra_body": {"min_p": 0.1}}, "min_p"),
         ({"extra_body": {"repetition_penalty": 1.3}}, "repetition_penalty"),
-        ({"extra_body": {"stop_token_ids": [3]}}, "stop_token_ids"),
-        ({"extra_body": {"min_tokens": 2}}, "min_tokens"),
+        ({"extra_body": {"bad_words": ["x"]}}, "bad_words"),
+        ({"extra_body": {"allowed_token_ids": [3]}}, "allowed_token_ids"),
     ],
 )
 def test_a_field_the_engine_cannot_honour_is_400_naming_it(

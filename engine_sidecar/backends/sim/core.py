@@ -241,7 +241,7 @@ class SimCore:
         if seq.fail and seq.run_tokens:
             return self._final(seq, Finish.ERROR, ErrorCode.INTERNAL, "sim: injected engine error")
         v = seq.rng.getrandbits(64)
-        if seq.eos_every and p and (v >> 32) % seq.eos_every == 0:
+        if seq.eos_every and p and p >= seq.min_tokens and (v >> 32) % seq.eos_every == 0:
             return self._final(seq, Finish.STOP)
         idx = (v & _LOW32) % len(self._word_texts)
         tok = self._word_base + idx
@@ -252,7 +252,10 @@ class SimCore:
         seq.run_tokens += 1
         self.generated_tokens += 1
         finish = Finish.NONE
-        if seq.stops:
+        if tok in seq.stop_ids and p + 1 >= seq.min_tokens:
+            finish = Finish.STOP  # the stop token counts, its text is not sent (as in vLLM)
+            text = seq.take_tail()
+        elif seq.stops:
             text, stopped = seq.match_stop(text)
             if stopped:
                 finish = Finish.STOP
@@ -261,7 +264,7 @@ class SimCore:
             text += seq.take_tail()  # flush what was held back for stop strings
         d = EngineDelta(seq.key, [tok], text, finish)
         self._fill_usage(seq, d)
-        seq.fast = not (seq.stops or seq.fail or self._multibyte)
+        seq.fast = not (seq.stops or seq.fail or self._multibyte or seq.stop_ids or seq.min_tokens)
         if not finish and p + 1 >= seq.gen_room:
             self._needy.append(seq)
         return d

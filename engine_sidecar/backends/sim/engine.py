@@ -26,6 +26,10 @@ CRASH_EXIT_CODE = 17
 _MAX_LAG_S = 0.05
 
 
+# The optional sampling fields a deterministic simulator honours.
+CAPABILITIES = frozenset({"stop_token_ids", "min_tokens"})
+
+
 class SimBackend:
     """A CPU model of a vLLM-like engine (see core.py); `exit_fn` is the crash fault's os._exit."""
 
@@ -52,6 +56,7 @@ class SimBackend:
             models=(card,),
             max_num_seqs=c.max_num_seqs,
             extra={"profile": c.profile, "block_size": str(c.block_size)},
+            capabilities=CAPABILITIES,
         )
 
     async def start(self, sink: DeltaSink) -> None:

@@ -42,6 +42,7 @@ class SimSeq:
         "key",
         "max_stop_len",
         "max_tokens",
+        "min_tokens",
         "priority",
         "prompt_ids",
         "prompt_len",
@@ -50,6 +51,7 @@ class SimSeq:
         "salt",
         "sent_first",
         "state",
+        "stop_ids",
         "stops",
         "stream_seed",
         "tail",
@@ -75,6 +77,9 @@ class SimSeq:
         self.generated: list[int] = list(request.resume_token_ids)
         self.max_tokens = s.max_tokens
         self.eos_every = 0 if s.ignore_eos else eos_every
+        # No end of text before min_tokens (resumed tokens count); a stop token id ends it.
+        self.min_tokens = s.min_tokens
+        self.stop_ids = frozenset(s.stop_token_ids)
         self.stops = tuple(x for x in s.stop if x)
         self.max_stop_len = max((len(x) for x in self.stops), default=0)
         # Text held back while it could begin a stop string (see match_stop). For a resumed
