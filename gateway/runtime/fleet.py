@@ -331,6 +331,14 @@ class Fleet:
         """Slots of the routable replicas serving `model`."""
         return sum(r.max_num_seqs for r in self.assembly.pool(model) if r.routable)
 
+    def adapter_of(self, name: str) -> tuple[str, str]:
+        """(model, LoRA adapter) that a request's model name means: an adapter's name means
+        its parent and itself; any other name, itself and no adapter."""
+        parent = self.adapters.get(name)
+        if parent is not None and name not in self.seen_models:
+            return parent, name
+        return name, ""
+
     def knows(self, model: str) -> bool:
         return model in self.seen_models or model in self.adapters
 

@@ -63,12 +63,9 @@ class Service:
         tenant = self.tenants.resolve(api_key)
         if not self.fleet.knows(req.model) and req.model not in self.fallbacks:
             raise ModelNotFound(f"The model `{req.model}` does not exist.", "model")
-        parent = self.fleet.adapters.get(req.model)
-        if parent is not None and req.model not in self.fleet.seen_models:
-            # A LoRA adapter named as the model (vLLM's convention): its parent's pool, on the
-            # replicas that hold the adapter (the router's `serves` filter).
-            req.lora = req.model
-            req.model = parent
+        # A LoRA adapter named as the model (vLLM's convention) runs in its parent's pool, on
+        # the replicas that hold the adapter (the router's `serves` filter).
+        req.model, req.lora = self.fleet.adapter_of(req.model)
         req.model = self.degrade(req.model)
         self._check_capabilities(req)
         priority = tenant.priority(req.model, req.priority)

@@ -3,7 +3,7 @@ model (its engine's tokenizer and chat template, the same ids a generation would
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Final
 
 import msgspec
 from aiohttp import web
@@ -11,6 +11,7 @@ from shardgate.v1.params import Generation
 
 from gateway.api.body import read_body
 from gateway.api.openai.protocol import ChatMessage, message_of
+from gateway.api.openai.validation import EXPECTED, decode_json
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
@@ -36,14 +37,13 @@ class DetokenizeBody(msgspec.Struct, kw_only=True):
     tokens: list[_TokenId]
 
 
-def _decode(body: bytes, kind: type[Any]) -> Any:
-    try:
-        return msgspec.json.decode(body, type=kind)
-    except msgspec.ValidationError as e:
-        path = str(e).rpartition("`$.")[2].rstrip("`") if "`$." in str(e) else None
-        raise InvalidRequest(f"Invalid request body: {e}.", path) from None
-    except (msgspec.DecodeError, RecursionError):
-        raise InvalidRequest("The request body is not valid JSON.") from None
+_TOKENIZE: Final = msgspec.json.Decoder(TokenizeBody)
+_DETOKENIZE: Final = msgspec.json.Decoder(DetokenizeBody)
+_EXPECTED: Final = {
+    **EXPECTED,
+    "tokens": "must be an array of token ids (integers of at least 0)",
+    "prompt": "must be a string",
+}
 
 
 class Tokenizing:
@@ -55,10 +55,7 @@ class Tokenizing:
     def _replica(self, request: web.Request, model: str) -> tuple[str, str, str]:
         """(model, lora, the address of a routable replica's head) for `model`."""
         self._service.tenants.resolve(bearer_key(request.headers.get("Authorization")))
-        lora = ""
-        parent = self._fleet.adapters.get(model)
-        if parent is not None and model not in self._fleet.seen_models:
-            model, lora = parent, model
+        model, lora = self._fleet.adapter_of(model)
         if not self._fleet.knows(model):
             raise ModelNotFound(f"The model `{model}` does not exist.", "model")
         live = [r for r in self._fleet.pool(model) if r.routable]
@@ -70,7 +67,7 @@ class Tokenizing:
         body = await read_body(
             request, self.settings.max_body_bytes, self.settings.client_body_timeout_s
         )
-        req: TokenizeBody = _decode(body, TokenizeBody)
+        req = decode_json(_TOKENIZE, body, _EXPECTED)
         if (req.prompt is None) == (req.messages is None):
             raise InvalidRequest("Exactly one of 'prompt' and 'messages' must be given.", "prompt")
         for name in ("add_special_tokens", "return_token_strs"):
@@ -101,7 +98,7 @@ class Tokenizing:
         body = await read_body(
             request, self.settings.max_body_bytes, self.settings.client_body_timeout_s
         )
-        req: DetokenizeBody = _decode(body, DetokenizeBody)
+        req = decode_json(_DETOKENIZE, body, _EXPECTED)
         model, _, address = self._replica(request, req.model)
         text = await tokens.detokenize(address, model, req.tokens, TIMEOUT_S)
         return web.json_response({"prompt": text})
