@@ -18,7 +18,7 @@ class GenerationRequest(GenerationView):
     sent to the sidecar as they are) and what only the gateway uses. Exactly one of
     prompt/messages/prompt_token_ids is set."""
 
-    __slots__ = ("_priority", "generation", "include_usage", "session_id", "stream")
+    __slots__ = ("_priority", "echo", "generation", "include_usage", "session_id", "stream")
 
     def __init__(
         self,
@@ -47,10 +47,18 @@ class GenerationRequest(GenerationView):
         self.stream = stream
         self.include_usage = include_usage
         self.session_id = session_id
+        self.echo = False  # completions: the prompt comes back before the completion
         self._priority = priority  # None: the client asked for no class
 
     def _key(self) -> tuple[object, ...]:
-        return (self.generation, self.stream, self.include_usage, self.session_id, self._priority)
+        return (
+            self.generation,
+            self.stream,
+            self.include_usage,
+            self.session_id,
+            self._priority,
+            self.echo,
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GenerationRequest):

@@ -266,3 +266,19 @@ def test_a_prompt_of_token_ids_is_served(client: openai.OpenAI) -> None:
     assert out.usage is not None
     assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (5, 4)
     assert out.choices[0].text
+
+
+def test_completions_echo_the_prompt_streamed_or_not(client: openai.OpenAI) -> None:
+    args: dict[str, Any] = {
+        "model": "sim-llama",
+        "prompt": "Once upon a time",
+        "max_tokens": 6,
+        "temperature": 0.0,
+        "extra_body": {"ignore_eos": True},
+    }
+    plain = client.completions.create(**args).choices[0].text
+    echoed = client.completions.create(**args, echo=True)
+    assert echoed.choices[0].text == "Once upon a time" + plain
+    assert echoed.usage is not None and echoed.usage.completion_tokens == 6
+    chunks = [c.choices[0].text for c in client.completions.create(**args, echo=True, stream=True)]
+    assert chunks[0] == "Once upon a time" and "".join(chunks) == echoed.choices[0].text

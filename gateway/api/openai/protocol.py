@@ -182,8 +182,6 @@ def _check_common(req: _Common) -> None:
         raise InvalidRequest("Invalid value for 'n': only n=1 is supported.", "n")
     if req.best_of is not None and req.best_of != 1:
         raise InvalidRequest("Invalid value for 'best_of': only best_of=1 is supported.", "best_of")
-    if req.echo:
-        raise InvalidRequest("echo is not supported.", "echo")
     if req.stream_options is not None and not req.stream:
         raise InvalidRequest(
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
@@ -330,6 +328,8 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     """
     req = decode_json(_CHAT_DECODER, body, EXPECTED_CHAT)
     _check_common(req)
+    if req.echo:
+        raise not_served("echo", "chat completions do not echo the last message")
     if req.logprobs:
         raise InvalidRequest("logprobs is not supported.", "logprobs")
     if req.top_logprobs:
@@ -364,11 +364,15 @@ def decode_completion(
     if req.add_special_tokens is False:  # (vLLM's default for completions: true)
         raise not_served("add_special_tokens", "the engine's default is used")
     prompt = req.prompt
-    if isinstance(prompt, str):
-        return _request(req, request_id, default_max_tokens, prompt=prompt)
     if len(prompt) == 1 and isinstance(prompt[0], str):
-        return _request(req, request_id, default_max_tokens, prompt=prompt[0])
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        out = _request(req, request_id, default_max_tokens, prompt=prompt)
+        out.echo = bool(req.echo)
+        return out
     if prompt and all(type(t) is int and 0 <= t <= INT32_MAX for t in prompt):
+        if req.echo:
+            raise not_served("echo", "a prompt of token ids is not echoed (send its text)")
         return _request(req, request_id, default_max_tokens, prompt_token_ids=tuple(prompt))
     if prompt and all(isinstance(p, (str, list)) for p in prompt):
         raise InvalidRequest(

@@ -120,7 +120,7 @@ class OpenAIServing:
         self, gen: Job, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
     ) -> web.Response:
         tally = Tally()
-        texts: list[str] = []
+        texts: list[str] = [gen.request.prompt or ""] if gen.request.echo else []
         while batch:
             for d in batch:
                 tally.add(d)
@@ -160,6 +160,8 @@ class OpenAIServing:
                 # The head left before a replica took it: named here instead.
                 buf += b": x-shardgate-replica: %s\n\n" % gen.first_replica.encode()
         buf += enc.role_chunk()
+        if req.echo:  # completions: the prompt first, as vLLM streams it
+            enc.token_chunk_into(buf, req.prompt or "")
         transport = request.transport
         sink = None
         if self.settings.direct_writes and transport is not None:

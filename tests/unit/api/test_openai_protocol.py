@@ -82,7 +82,6 @@ COMMON_CASES: list[tuple[dict[str, Any], str]] = [
     ({"user": 5}, "user"),
     ({"priority": 1.5}, "priority"),
     ({"priority": 2**31}, "priority"),
-    ({"echo": True}, "echo"),
     ({"echo": "no"}, "echo"),
     ({"best_of": 2}, "best_of"),
     ({"best_of": 0}, "best_of"),
@@ -252,7 +251,7 @@ def test_body_not_an_object(decode: Callable[[bytes, str], GenerationRequest], b
         ({"temperature": 3}, "Invalid value for 'temperature': must be a number between 0 and 2"),
         ({"n": 3}, "only n=1 is supported"),
         ({"logprobs": True}, "logprobs is not supported"),
-        ({"echo": True}, "echo is not supported"),
+        ({"echo": True}, "echo is not supported: chat completions do not echo"),
         ({"best_of": 3}, "only best_of=1 is supported"),
         ({"stream_options": {"include_usage": True}}, "only allowed when 'stream' is enabled"),
         (
@@ -405,6 +404,14 @@ def test_bad_structured_outputs_are_refused_by_name(fields: dict[str, Any], para
     with pytest.raises(InvalidRequest) as e:
         decode_chat(chat(**fields), "rid")
     assert e.value.param == param
+
+
+def test_completions_echo_their_text_prompt_only() -> None:
+    assert decode_completion(completion(prompt="Say", echo=True), "rid").echo
+    assert not decode_completion(completion(prompt="Say"), "rid").echo
+    with pytest.raises(InvalidRequest, match=r"^echo is not supported") as e:
+        decode_completion(completion(prompt=[1, 2], echo=True), "rid")
+    assert e.value.param == "echo"
 
 
 def test_a_completion_prompt_of_token_ids_goes_to_the_engine_as_ids() -> None:
