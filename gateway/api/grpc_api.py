@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 import grpc
+import msgspec
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -23,6 +24,7 @@ from gateway.types import (
     GenerationRequest,
     InvalidRequest,
     Message,
+    Sampling,
 )
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -88,35 +90,28 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
     )
 
 
-_OPTIONAL_SCALARS = (
-    "temperature",
-    "top_p",
-    "seed",
-    "top_k",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "min_p",
-    "min_tokens",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-)
-_LISTS = ("stop", "stop_token_ids", "bad_words", "allowed_token_ids")
+# GenerateRequest's sampling fields: those named as the one definition's (params.Sampling), so
+# a field added there is a field here or a parity test fails (tests/unit/test_params.py).
+_SAMPLING: Final = frozenset(f.name for f in msgspec.structs.fields(Sampling)) - {
+    "max_tokens",
+    "ignore_eos",
+}
+_FIELDS: Final = [f for f in pb.GenerateRequest.DESCRIPTOR.fields if f.name in _SAMPLING]
 
 
 def sampling_fields(m: pb.GenerateRequest) -> dict[str, Any]:
     """The request's sampling fields by their OpenAI names (what is set, nothing else)."""
     out: dict[str, Any] = {"max_tokens": m.max_tokens or None, "ignore_eos": m.ignore_eos}
-    for name in _OPTIONAL_SCALARS:
-        if m.HasField(name):
-            out[name] = getattr(m, name)
-    for name in _LISTS:
-        values = list(getattr(m, name))
-        if values:
-            out[name] = values
-    if m.logit_bias:
-        out["logit_bias"] = {str(k): v for k, v in m.logit_bias.items()}
+    for f in _FIELDS:
+        value = getattr(m, f.name)
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            if value:
+                out[f.name] = {str(k): v for k, v in value.items()}  # JSON's keys: strings
+        elif f.is_repeated:
+            if value:
+                out[f.name] = list(value)
+        elif m.HasField(f.name):
+            out[f.name] = value
     if m.HasField("structured_outputs"):
         kind = m.structured_outputs.WhichOneof("kind")
         if kind is not None:
@@ -153,7 +148,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         counted = 0
         prompt = cached = 0
         try:
-            batch = await gen.first_batch()
+            batch = await gen.take()
             while batch and not gen.began:  # keep-alives while queued: HTTP/2 pings do that
                 batch = await gen.take()
             initial = [("x-request-id", req.request_id), *gen.headers]

@@ -252,10 +252,6 @@ class Job:
         if self._task is not None:
             self._task.cancel()
 
-    async def first_batch(self) -> list[Delta]:
-        """The first output: tokens, an error, or a keep-alive while queued."""
-        return await self.out.take()
-
     @property
     def began(self) -> bool:
         """An engine produced output for it (a keep-alive while queued is not output)."""

@@ -16,6 +16,7 @@ import pytest
 
 from engine_sidecar.backends.sim import SimConfig
 from tests.integration.cluster import Cluster
+from tests.integration.poll import until
 
 CONFIG = """
 gateway: {default_max_tokens: 16, keepalive_s: %s, first_token_timeout_s: 0.3}
@@ -173,10 +174,7 @@ def test_time_in_the_queue_does_not_count_toward_the_first_token_limit(quiet: Cl
     t = threading.Thread(target=unary)
     t.start()
     try:
-        deadline = time.monotonic() + 30
-        while len(pool_queue()) < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        until(lambda: len(pool_queue()) == 1, 30.0, "the request queued behind the blocker")
         queued_at = time.monotonic()
         # Past the first-token limit while still queued (waiting for elapsed time is the point).
         while time.monotonic() - queued_at < 3 * 0.3:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
+from tests.integration.poll import until
 from tests.integration.test_up import children_of, free_port, shardgate_up
 from tests.unit.observability._scrape import Series, parse, value
 
@@ -24,13 +23,6 @@ def config_text(http: int, grpc: int, sidecar: int, extra: str = "") -> str:
         "default_max_tokens: 4}\n"
         f"sidecars:\n  - {{name: a, address: '127.0.0.1:{sidecar}', launch: {SIM}}}\n{extra}"
     )
-
-
-def eventually(cond: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def complete(url: str, key: str | None = None) -> int:
@@ -105,7 +97,7 @@ def test_one_scrape_counts_every_workers_requests_and_an_admin_reload_reaches_al
     with shardgate_up("--config", str(config), "--workers", "2", "--log-level", "ERROR") as proc:
         assert proc.stdout is not None
         assert b"shardgate is up" in proc.stdout.readline()
-        eventually(lambda: all_serving(url))
+        until(lambda: all_serving(url), 20.0)
         sockets = [runtime_dir(proc.pid) / f"worker-{i}.sock" for i in range(2)]
 
         statuses = [complete(url) for _ in range(20)]
@@ -121,7 +113,7 @@ def test_one_scrape_counts_every_workers_requests_and_an_admin_reload_reaches_al
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert json.loads(resp.read())["version"] == 2
         version = "shardgate_config_version"
-        eventually(lambda: all(value(worker_scrape(p), version) == 2 for p in sockets))
+        until(lambda: all(value(worker_scrape(p), version) == 2 for p in sockets), 20.0)
         assert value(scrape(url), version) == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
@@ -140,7 +132,7 @@ def test_a_reload_keeps_each_workers_share_and_its_drained_buckets(tmp_path: Pat
     with shardgate_up("--config", str(config), "--workers", "2", "--log-level", "ERROR") as proc:
         assert proc.stdout is not None
         assert b"shardgate is up" in proc.stdout.readline()
-        eventually(lambda: all_serving(url))
+        until(lambda: all_serving(url), 20.0)
 
         before = [complete(url, "k") for _ in range(12)]
         assert set(before) <= {200, 429}
@@ -153,7 +145,7 @@ def test_a_reload_keeps_each_workers_share_and_its_drained_buckets(tmp_path: Pat
             s = scrape(url)
             return workers_seen(s) == 2 and value(s, "shardgate_config_version") == 2
 
-        eventually(reloaded)
+        until(reloaded, 20.0)
         after = [complete(url, "k") for _ in range(12)]
         assert set(after) <= {200, 429}
         assert after.count(200) == 0

@@ -91,3 +91,12 @@ def test_asked_names_the_optional_fields_off_their_defaults() -> None:
 def test_malformed_parameters_are_refused_by_name() -> None:
     with pytest.raises(RequestError, match="malformed request parameters"):
         sidecar.to_request(pb.SubmitRequest(key=1, generation=b"\x93\x01"), 0)
+
+
+def test_the_grpc_api_takes_every_sampling_field() -> None:
+    from shardgate.v1 import gateway_pb2 as gpb
+
+    fields = {f.name for f in gpb.GenerateRequest.DESCRIPTOR.fields}
+    for f in msgspec.structs.fields(Sampling):
+        name = "structured_outputs" if f.name == "structured" else f.name
+        assert name in fields, f"gateway.proto GenerateRequest lacks {name}"

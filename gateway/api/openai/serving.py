@@ -107,7 +107,7 @@ class OpenAIServing:
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         gen.arm(deadline, self.settings.first_token_timeout_s)
         try:
-            batch = await gen.first_batch()
+            batch = await gen.take()
             if req.stream:
                 return await self._stream(request, gen, kind, batch)
             while batch and not gen.began:  # keep-alives while queued: nothing to say yet

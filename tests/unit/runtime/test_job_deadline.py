@@ -47,7 +47,7 @@ async def test_no_first_output_from_the_engine_fails_with_a_504_and_tells_the_sc
     j.arm(loop.time() + 10, 0.05)
     place(j)
     with pytest.raises(GatewayTimeout, match="engine to start"):
-        await j.first_batch()
+        await j.take()
     assert j.timed_out
     [gone] = events.left()
     assert gone.job is j and gone.timed_out
@@ -73,7 +73,7 @@ async def test_a_keepalive_while_queued_is_not_output() -> None:
     loop = asyncio.get_running_loop()
     j.arm(loop.time() + 10, 0.05)
     j.out.push(keepalive())  # what the scheduler sends a queued client
-    assert await j.first_batch() and not j.began
+    assert await j.take() and not j.began
     place(j)  # placed, and then the engine says nothing
     with pytest.raises(GatewayTimeout, match="engine to start"):
         await j.take()
@@ -87,7 +87,7 @@ async def test_output_in_time_moves_the_timer_to_the_deadline() -> None:
     j.arm(loop.time() + 0.2, 0.05)
     place(j)
     j.push(Delta([1], "a"))
-    assert await j.first_batch() and j.began and j.state is State.STREAMING
+    assert await j.take() and j.began and j.state is State.STREAMING
     with pytest.raises(GatewayTimeout, match="deadline"):  # not "engine to start"
         while True:
             await j.take()
@@ -129,7 +129,7 @@ async def test_a_client_side_stuck_outside_take_is_cancelled_at_the_deadline() -
         j.arm(loop.time() + 0.05, 10)
         place(j)
         j.push(Delta([1], "a"))
-        await j.first_batch()
+        await j.take()
         await stuck.wait()  # like a write that never drains
 
     task = asyncio.create_task(client_side())
@@ -148,7 +148,7 @@ async def test_a_finished_job_whose_client_side_is_stuck_is_cut_at_the_deadline(
         j.arm(loop.time() + 0.05, 10)
         place(j)
         j.push(Delta([1], "a"))
-        await j.first_batch()
+        await j.take()
         j.push(Delta([2], "b", Finish.LENGTH, 1, 0, 2))  # the engine is done
         await stuck.wait()  # but the client is not reading
 
