@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,3 +30,14 @@ async def vllm_engine(tiny_model_dir: Path) -> AsyncIterator[Any]:
     yield engine
     engine.shutdown(10.0)
     gc.collect()  # finalise the engine now, not during interpreter exit
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `vllm serve` of the tiny model with the shared engine's arguments: its base URL."""
+    require("vllm")
+    from tests.vllm_server import SERVE_FLAGS, vllm_serve
+
+    log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
+    with vllm_serve(vllm_config(tiny_model_dir), log, *SERVE_FLAGS) as url:
+        yield url
