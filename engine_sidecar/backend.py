@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from shardgate.v1.params import Finish as Finish
-from shardgate.v1.params import Generation, GenerationView, Message
+from shardgate.v1.params import Generation, GenerationView, Logprobs, Message
 from shardgate.v1.params import Sampling as Sampling
 
 ChatMessage = Message  # (the backends' name for it)
@@ -81,6 +81,8 @@ class EngineDelta:
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str = ""
     error_field: str = ""
+    # With logprobs asked for: one entry per token id.
+    logprobs: list[Logprobs] | None = None
 
 
 @dataclass(frozen=True, slots=True)

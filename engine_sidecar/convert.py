@@ -56,6 +56,8 @@ def fill_delta(m: pb.Delta, key: int, d: EngineDelta) -> None:
     if d.prompt_tokens:
         m.prompt_tokens = d.prompt_tokens
         m.cached_tokens = d.cached_tokens
+    if d.logprobs:
+        m.logprobs = params.encode_logprobs(d.logprobs)
     if d.error_code:
         m.error_code = d.error_code  # type: ignore[assignment]
         m.error_message = d.error_message

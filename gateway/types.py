@@ -7,6 +7,7 @@ from dataclasses import dataclass
 # Defined once, with the link's parameters; the core names them from here.
 from shardgate.v1.params import Finish as Finish
 from shardgate.v1.params import Generation, GenerationView
+from shardgate.v1.params import Logprobs as Logprobs
 from shardgate.v1.params import Message as Message
 from shardgate.v1.params import Sampling as Sampling
 
@@ -111,6 +112,7 @@ class Delta:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    logprobs: list[Logprobs] | None = None  # one per token id, when asked for
 
 
 def keepalive() -> Delta:

@@ -23,6 +23,7 @@ from gateway.types import (
     GatewayError,
     GenerationRequest,
     InvalidRequest,
+    Logprobs,
     Message,
     Sampling,
 )
@@ -79,7 +80,11 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
     return GenerationRequest(
         request_id=m.request_id or new_request_id(),
         model=m.model,
-        sampling=sampling_of(sampling_fields(m), default_max_tokens),
+        sampling=sampling_of(
+            sampling_fields(m),
+            default_max_tokens,
+            m.logprobs if m.HasField("logprobs") else None,
+        ),
         prompt=m.prompt if which == "prompt" else None,
         messages=(
             tuple(Message(x.role, x.content) for x in m.chat.messages) if which == "chat" else None
@@ -95,6 +100,7 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
 _SAMPLING: Final = frozenset(f.name for f in msgspec.structs.fields(Sampling)) - {
     "max_tokens",
     "ignore_eos",
+    "logprobs",  # (its own argument)
 }
 _FIELDS: Final = [f for f in pb.GenerateRequest.DESCRIPTOR.fields if f.name in _SAMPLING]
 
@@ -118,6 +124,13 @@ def sampling_fields(m: pb.GenerateRequest) -> dict[str, Any]:
             value = getattr(m.structured_outputs, kind)
             out["structured_outputs"] = {kind: list(value.choices) if kind == "choice" else value}
     return out
+
+
+def fill_logprobs(out: pb.GenerateResponse, lps: list[Logprobs]) -> None:
+    for lp in lps:
+        entries = out.logprobs.add().entries
+        for token_id, token, logprob in zip(lp.ids, lp.tokens, lp.logprobs, strict=True):
+            entries.add(token_id=token_id, token=token, logprob=logprob)
 
 
 class GatewayServicer(pb_grpc.GatewayServicer):
@@ -163,6 +176,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                     if not (d.token_ids or d.text or d.finish or d.prompt_tokens):
                         continue  # a keep-alive while queued: HTTP/2 pings do that here
                     out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
+                    if d.logprobs:
+                        fill_logprobs(out, d.logprobs)
                     if d.finish:
                         completion = d.completion_tokens or counted
                         out.finish_reason = FINISH_REASON.get(d.finish, "stop")

@@ -19,6 +19,10 @@ def merge(deltas: list[Delta]) -> Delta:
     for d in deltas:
         out.token_ids.extend(d.token_ids)
         texts.append(d.text)
+        if d.logprobs:
+            if out.logprobs is None:
+                out.logprobs = []
+            out.logprobs.extend(d.logprobs)
         if d.prompt_tokens:
             out.prompt_tokens = d.prompt_tokens
             out.cached_tokens = d.cached_tokens

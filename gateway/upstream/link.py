@@ -235,7 +235,10 @@ class EngineLink:
                         continue
                     finish = d.finish
                     if not finish and not d.prompt_tokens:
-                        stream.push(Delta(d.token_ids, d.text))
+                        if d.logprobs is None:
+                            stream.push(Delta(d.token_ids, d.text))
+                        else:
+                            stream.push(Delta(d.token_ids, d.text, logprobs=d.logprobs))
                         continue
                     if finish:
                         del streams[d.key]
@@ -253,6 +256,7 @@ class EngineLink:
                             d.prompt_tokens,
                             d.cached_tokens,
                             d.completion_tokens,
+                            d.logprobs,
                         )
                     )
                 return

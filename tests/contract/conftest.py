@@ -83,7 +83,8 @@ def make_harness(kind: str, request: pytest.FixtureRequest) -> Harness:
 
         engine = request.getfixturevalue("vllm_engine")
         backend = VllmBackend(vllm_config(tiny_dir), engine=engine)
-        return Harness(kind, backend, "tiny-llama", Caps(), tokenizer=engine.tokenizer)
+        caps = Caps(logprobs=True)
+        return Harness(kind, backend, "tiny-llama", caps, tokenizer=engine.tokenizer)
     server = request.getfixturevalue("fake_triton")
     convention = kind.removeprefix("triton-")
     exact = convention == "trtllm"  # token ids in and out

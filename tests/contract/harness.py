@@ -68,6 +68,7 @@ class Caps:
     stop_strings: bool = True  # the engine applies stop strings (and holds text back for them)
     token_ids: bool = True  # deltas carry the engine's own token ids
     step_batches: bool = True  # one engine step's deltas come in one sink call
+    logprobs: bool = False  # the engine gives logprobs
 
 
 @dataclass
@@ -94,6 +95,7 @@ class Harness:
             temperature=kw.pop("temperature", 0.0),
             ignore_eos=kw.pop("ignore_eos", True),
             stop=kw.pop("stop", ()),
+            logprobs=kw.pop("logprobs", None),
         )
         if not {"prompt", "messages", "prompt_token_ids"} & kw.keys():
             kw["messages"] = (ChatMessage("user", "Tell me about shards."),)

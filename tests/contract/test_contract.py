@@ -139,6 +139,28 @@ async def test_resumed_request_continues_identically(
     assert (resumed[-1].finish, resumed[-1].completion_tokens) == (Finish.LENGTH, 12)
 
 
+async def test_resumed_request_continues_its_logprobs(harness: Harness) -> None:
+    """Each token's logprobs, and their tokens' texts, as if the request had run at once:
+    also where the cut splits a character (its tokens' texts need the tokens before)."""
+    if not (harness.caps.exact_resume and harness.caps.logprobs):
+        pytest.skip(f"{harness.kind}: no logprobs, or resume is not token-exact")
+    prompt = "Grüße aus dem ☃-Land, café"
+    full = await harness.run(max_tokens=14, prompt=prompt, logprobs=3)
+    lps = [lp for d in full for lp in d.logprobs or []]
+    ids = tokens(full)
+    assert len(lps) == len(ids) == 14
+    assert [lp.ids[0] for lp in lps] == ids  # the sampled token first
+    assert all(len(lp.ids) in (3, 4) for lp in lps)
+    for cut in (1, 5, 9):
+        resumed = await harness.run(
+            max_tokens=14, prompt=prompt, logprobs=3, resume_token_ids=tuple(ids[:cut])
+        )
+        again = [lp for d in resumed for lp in d.logprobs or []]
+        assert [(lp.ids, lp.tokens) for lp in again] == [(lp.ids, lp.tokens) for lp in lps[cut:]]
+        for a, b in zip(again, lps[cut:], strict=True):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-3)
+
+
 def _late_stop(whole: str, after: int) -> str:
     """A piece of `whole` whose first occurrence ends beyond its first `after` characters."""
     for size in range(2, len(whole) + 1):

@@ -12,31 +12,38 @@ from collections.abc import Sequence
 
 
 class StopStrings:
-    __slots__ = ("_keep", "_stops", "_tail")
+    """`include`: the stop string stays in the text (vLLM's include_stop_str_in_output), and
+    nothing is held back (the search still looks back across the last emitted characters)."""
 
-    def __init__(self, stops: Sequence[str], text_so_far: str = "") -> None:
+    __slots__ = ("_include", "_keep", "_stops", "_tail")
+
+    def __init__(self, stops: Sequence[str], text_so_far: str = "", include: bool = False) -> None:
         self._stops = tuple(s for s in stops if s)
         self._keep = max((len(s) for s in self._stops), default=1) - 1
         self._tail = text_so_far[-self._keep :] if self._keep else ""
+        self._include = include
 
-    def feed(self, text: str) -> tuple[str, bool]:
-        """The text to emit now, and whether a stop string ended the request."""
+    def feed(self, text: str, search: bool = True) -> tuple[str, bool]:
+        """The text to emit now, and whether a stop string ended the request. Without
+        `search`, no stop string may complete in `text` (vLLM's min_tokens)."""
         if not self._stops:
             return text, False
-        window = self._tail + text
+        tail = self._tail
+        window = tail + text
         start, end = -1, len(window) + 1
-        for stop in self._stops:
-            i = window.find(stop)
-            if i != -1 and i + len(stop) < end:  # the one that completes first
-                start, end = i, i + len(stop)
+        if search:
+            for stop in self._stops:
+                i = window.find(stop)
+                if i != -1 and i + len(stop) < end:  # the one that completes first
+                    start, end = i, i + len(stop)
         if start != -1:
             self._tail = ""
-            return window[:start], True
+            return (window[len(tail) : end], True) if self._include else (window[:start], True)
         cut = max(len(window) - self._keep, 0)
         self._tail = window[cut:]
-        return window[:cut], False
+        return (text, False) if self._include else (window[:cut], False)
 
     def flush(self) -> str:
         """What is held back, at the end of a request that no stop string ended."""
         tail, self._tail = self._tail, ""
-        return tail
+        return "" if self._include else tail

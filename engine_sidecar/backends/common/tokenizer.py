@@ -17,6 +17,11 @@ class HfTokenizer:
         eos = getattr(tokenizer, "eos_token_id", None)
         self.eos_token_id: int | None = eos if isinstance(eos, int) else None
 
+    @property
+    def inner(self) -> Any:
+        """The wrapped tokenizer (an engine's own functions take it)."""
+        return self._tok
+
     @classmethod
     def from_pretrained(cls, path: str) -> HfTokenizer:
         from transformers import AutoTokenizer

@@ -7,6 +7,8 @@ reports usage as if it had never been interrupted.
 
 from __future__ import annotations
 
+from shardgate.v1.params import Logprobs
+
 from engine_sidecar.backend import EngineDelta, ErrorCode, Finish
 
 
@@ -27,11 +29,14 @@ class Usage:
         *,
         cached_tokens: int = 0,
         completion_tokens: int | None = None,
+        logprobs: list[Logprobs] | None = None,
     ) -> EngineDelta:
         """The delta for new tokens; `completion_tokens` overrides the count when the engine
         reports it (a text-only engine)."""
         self.completion += len(token_ids)
         d = EngineDelta(self.key, token_ids, text, finish)
+        if logprobs is not None:
+            d.logprobs = logprobs
         if not self.sent_first:
             self.sent_first = True
             d.prompt_tokens = self.prompt_tokens

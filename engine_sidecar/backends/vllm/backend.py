@@ -41,6 +41,7 @@ from engine_sidecar.backends.vllm.engine import (
     start_engine,
 )
 from engine_sidecar.backends.vllm.errors import error_delta
+from engine_sidecar.backends.vllm.logprobs import TokenTexts
 from engine_sidecar.backends.vllm.outputs import to_delta
 from engine_sidecar.backends.vllm.sampling import (
     CAPABILITIES,
@@ -196,7 +197,10 @@ class VllmBackend:
         assert batcher is not None and engine is not None
         priority = engine_priority(r.priority, self.config.scheduling_policy)
         try:
-            text = own_text(engine.tokenizer, p.prompt_ids, r.resume_token_ids, r.sampling.stop)
+            text = own_text(engine.tokenizer, p.prompt_ids, r.resume_token_ids, r.sampling)
+            logprob_texts = None
+            if text is not None and r.sampling.logprobs is not None:
+                logprob_texts = TokenTexts(engine.tokenizer.inner, r.resume_token_ids)
             params = sampling_params(
                 r.sampling, p.max_tokens, detokenize=text is None, resumed=len(r.resume_token_ids)
             )
@@ -210,7 +214,7 @@ class VllmBackend:
             # Closing the generator early (a stop string of our own text) aborts the request.
             async with contextlib.aclosing(outputs):
                 async for out in outputs:
-                    delta = to_delta(usage, out, text)
+                    delta = to_delta(usage, out, text, logprob_texts)
                     batcher.add(delta)
                     if delta.finish and not out.finished:
                         break

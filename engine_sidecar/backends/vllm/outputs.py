@@ -6,6 +6,7 @@ from typing import Any
 
 from engine_sidecar.backend import EngineDelta, Finish
 from engine_sidecar.backends.common.usage import Usage
+from engine_sidecar.backends.vllm.logprobs import TokenTexts, to_logprobs
 from engine_sidecar.backends.vllm.text import OwnText
 
 FINISH = {
@@ -16,9 +17,15 @@ FINISH = {
 }
 
 
-def to_delta(usage: Usage, out: Any, text: OwnText | None = None) -> EngineDelta:
+def to_delta(
+    usage: Usage,
+    out: Any,
+    text: OwnText | None = None,
+    logprob_texts: TokenTexts | None = None,
+) -> EngineDelta:
     """One step's output of one request (n=1: a single completion); its text from `text`
-    where the sidecar detokenizes this request itself (a stop string may end it there)."""
+    where the sidecar detokenizes this request itself (a stop string may end it there), the
+    tokens of its logprobs then from `logprob_texts`."""
     c = out.outputs[0]
     finish = FINISH.get(c.finish_reason, Finish.STOP) if out.finished else Finish.NONE
     ids, piece = list(c.token_ids), c.text
@@ -26,4 +33,8 @@ def to_delta(usage: Usage, out: Any, text: OwnText | None = None) -> EngineDelta
         ids, piece, stopped = text.add(ids, bool(out.finished))
         if stopped:
             finish = Finish.STOP
-    return usage.delta(ids, piece, finish, cached_tokens=out.num_cached_tokens or 0)
+    logprobs = None
+    if c.logprobs is not None:  # (asked for): one per token, the dropped ones' dropped too
+        logprobs = to_logprobs(c.logprobs[: len(ids)], logprob_texts)
+    cached = out.num_cached_tokens or 0
+    return usage.delta(ids, piece, finish, cached_tokens=cached, logprobs=logprobs)

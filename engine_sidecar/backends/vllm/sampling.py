@@ -12,9 +12,9 @@ from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from engine_sidecar.backend import Sampling
 
 # The optional sampling fields this backend passes to vLLM (announced as its capabilities).
-# Those that shape the text (include_stop_str_in_output, skip_special_tokens,
-# spaces_between_special_tokens) are not among them yet: a resumed request's text is made by
-# the sidecar (vllm/text.py), which does not apply them.
+# Those that shape the text (skip_special_tokens, spaces_between_special_tokens) are not among
+# them yet: a resumed request's text is made by the sidecar (vllm/text.py), which does not
+# apply them.
 CAPABILITIES = frozenset(
     {
         "presence_penalty",
@@ -27,6 +27,8 @@ CAPABILITIES = frozenset(
         "bad_words",
         "allowed_token_ids",
         "structured",
+        "logprobs",
+        "include_stop_str_in_output",
     }
 )
 
@@ -56,6 +58,7 @@ def sampling_params(
         top_k=s.top_k,
         seed=s.seed,
         stop=(list(s.stop) or None) if detokenize else None,
+        include_stop_str_in_output=s.include_stop_str_in_output,
         ignore_eos=s.ignore_eos,
         presence_penalty=s.presence_penalty,
         frequency_penalty=s.frequency_penalty,
@@ -67,6 +70,7 @@ def sampling_params(
         bad_words=list(s.bad_words) or None,
         allowed_token_ids=list(s.allowed_token_ids) if s.allowed_token_ids is not None else None,
         structured_outputs=structured_outputs(s.structured),
+        logprobs=s.logprobs,
         detokenize=detokenize,
         output_kind=RequestOutputKind.DELTA,
     )

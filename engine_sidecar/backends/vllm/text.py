@@ -13,34 +13,42 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from shardgate.v1.params import Sampling
+
 from engine_sidecar.backends.common.detokenizer import IncrementalDetokenizer
 from engine_sidecar.backends.common.stops import StopStrings
 from engine_sidecar.backends.common.tokenizer import HfTokenizer
 
 
 class OwnText:
-    __slots__ = ("_detok", "_stops")
+    __slots__ = ("_count", "_detok", "_min_tokens", "_stops")
 
     def __init__(
         self,
         tokenizer: HfTokenizer,
         prompt_ids: Sequence[int],
         resume_ids: Sequence[int],
-        stops: Sequence[str],
+        sampling: Sampling,
         detokenizer: IncrementalDetokenizer | None = None,
     ) -> None:
+        stops = sampling.stop
         so_far = IncrementalDetokenizer(tokenizer, prompt_ids).add(resume_ids) if stops else ""
-        self._stops = StopStrings(stops, so_far)
+        self._stops = StopStrings(stops, so_far, sampling.include_stop_str_in_output)
         self._detok = detokenizer or IncrementalDetokenizer(tokenizer, [*prompt_ids, *resume_ids])
+        self._count = len(resume_ids)
+        self._min_tokens = sampling.min_tokens
 
     def add(self, token_ids: Sequence[int], finished: bool) -> tuple[list[int], str, bool]:
         """The tokens to report, their text, and whether a stop string ended the request
-        (tokens after the one that completed it are dropped, as vLLM does)."""
+        (tokens after the one that completed it are dropped, as vLLM does). As vLLM does, no
+        stop string completes within the text of the first min_tokens tokens."""
         kept: list[int] = []
         parts: list[str] = []
         for t in token_ids:
             kept.append(t)
-            text, stopped = self._stops.feed(self._detok.add((t,)))
+            self._count += 1
+            piece = self._detok.add((t,))
+            text, stopped = self._stops.feed(piece, self._count > self._min_tokens)
             parts.append(text)
             if stopped:
                 return kept, "".join(parts), True
@@ -53,11 +61,11 @@ def own_text(
     tokenizer: HfTokenizer,
     prompt_ids: Sequence[int],
     resume_ids: Sequence[int],
-    stops: Sequence[str],
+    sampling: Sampling,
 ) -> OwnText | None:
     """An OwnText where vLLM's text would be wrong: a resumed request, or a prompt that ends
     inside a character (its first text would repeat the prompt); else None."""
     detok = IncrementalDetokenizer(tokenizer, [*prompt_ids, *resume_ids])
     if not resume_ids and not detok.held:
         return None
-    return OwnText(tokenizer, prompt_ids, resume_ids, stops, detok)
+    return OwnText(tokenizer, prompt_ids, resume_ids, sampling, detok)

@@ -48,7 +48,7 @@ class DirectSink:
             self._dirty = True
             FLUSHER.dirty.append(self)
         self._tally.add(d)
-        self._enc.token_chunk_into(self._buf, d.text)
+        self._enc.token_chunk_into(self._buf, d.text, d.logprobs)
         return True
 
     def flush(self) -> None:

@@ -6,9 +6,11 @@ stream once, so each token chunk costs two byte copies and the JSON encoding of 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import msgspec
+from shardgate.v1.params import Logprobs
 
 from gateway.types import GatewayError, Usage
 
@@ -26,6 +28,8 @@ __all__ = [
 DONE: Final = b"data: [DONE]\n\n"
 
 ChunkKind = Literal["chat", "completion"]
+# A request's logprobs in its API's shape (gateway/api/openai/logprobs.py).
+LogprobFormat = Callable[[list[Logprobs]], dict[str, Any]]
 
 OWNED_BY: Final = "shardgate"
 
@@ -56,9 +60,11 @@ class ChunkEncoder:
     __slots__ = (
         "_finish_prefix",
         "_head",
+        "_logprobs",
         "_role_chunk",
         "_token_prefix",
         "_token_suffix",
+        "_token_text_end",
     )
 
     def __init__(
@@ -67,6 +73,7 @@ class ChunkEncoder:
         model: str,
         created: int,
         kind: ChunkKind,
+        logprobs: LogprobFormat | None = None,
     ) -> None:
         if kind == "chat":
             id_, obj = "chatcmpl-" + request_id, "chat.completion.chunk"
@@ -89,31 +96,42 @@ class ChunkEncoder:
             )
         )
         self._head = head
+        self._logprobs = logprobs
         if kind == "chat":
             self._role_chunk = (
                 head + b'[{"index":0,"delta":{"role":"assistant","content":""}' + _NO_CHOICE_TAIL
             )
             self._token_prefix = head + b'[{"index":0,"delta":{"content":'
             self._token_suffix = b"}" + _NO_CHOICE_TAIL
+            self._token_text_end = b'},"logprobs":'
             self._finish_prefix = head + b'[{"index":0,"delta":{},"logprobs":null,"finish_reason":'
         else:
             self._role_chunk = b""
             self._token_prefix = head + b'[{"index":0,"text":'
             self._token_suffix = _NO_CHOICE_TAIL
+            self._token_text_end = b',"logprobs":'
             self._finish_prefix = head + b'[{"index":0,"text":"","logprobs":null,"finish_reason":'
 
     def role_chunk(self) -> bytes:
         """The first event of a chat stream (the assistant role); b"" for completions."""
         return self._role_chunk
 
-    def token_chunk_into(self, buf: bytearray, text: str) -> None:
-        """Append one SSE event carrying `text` to `buf`."""
+    def token_chunk_into(
+        self, buf: bytearray, text: str, logprobs: list[Logprobs] | None = None
+    ) -> None:
+        """Append one SSE event carrying `text` (and its tokens' logprobs) to `buf`."""
         buf += self._token_prefix
         try:
             _encode_into(text, buf, -1)
         except UnicodeEncodeError:  # lone surrogates: leaves buf as it was
             _encode_into(_scrub(text), buf, -1)
-        buf += self._token_suffix
+        fmt = self._logprobs
+        if fmt is None or logprobs is None:
+            buf += self._token_suffix
+            return
+        buf += self._token_text_end
+        _encode_into(fmt(logprobs), buf, -1)
+        buf += b',"finish_reason":null}]}\n\n'
 
     def finish_chunk_into(self, buf: bytearray, finish_reason: str) -> None:
         """Append the event with an empty delta/text and `finish_reason` to `buf`."""
@@ -142,6 +160,7 @@ def encode_chat_completion(
     text: str,
     finish_reason: str,
     usage: Usage,
+    logprobs: dict[str, Any] | None = None,
 ) -> bytes:
     """The body of a non-streaming chat completion (``"object": "chat.completion"``)."""
     return _encode(
@@ -154,7 +173,7 @@ def encode_chat_completion(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
-                    "logprobs": None,
+                    "logprobs": logprobs,
                     "finish_reason": finish_reason,
                 }
             ],
@@ -170,6 +189,7 @@ def encode_completion(
     text: str,
     finish_reason: str,
     usage: Usage,
+    logprobs: dict[str, Any] | None = None,
 ) -> bytes:
     """The body of a non-streaming text completion (``"object": "text_completion"``)."""
     return _encode(
@@ -182,7 +202,7 @@ def encode_completion(
                 {
                     "index": 0,
                     "text": text,
-                    "logprobs": None,
+                    "logprobs": logprobs,
                     "finish_reason": finish_reason,
                 }
             ],

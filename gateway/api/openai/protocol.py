@@ -2,11 +2,11 @@
 
 The bodies are those of POST /v1/chat/completions and POST /v1/completions as the official
 `openai` SDK sends them. Unknown fields are ignored (like vLLM); known fields that ask for
-something the gateway does not serve yet (n > 1, logprobs, echo, best_of > 1, structured
-outputs, tools, chat template controls, ...) are rejected with a 400 naming the field, never
-answered as if they had not been asked; sampling fields beyond the base ones are decoded and
-refused later, by name, when the model's engine does not honour them (runtime/service.py);
-a body nested too deeply for the decoder is a 400 too. Every error is an
+something the gateway does not serve yet (n > 1, echo with logprobs, best_of > 1, tools, chat
+template controls, prompt logprobs, ...) are rejected with a 400 naming the field, never
+answered as if they had not been asked; sampling fields beyond the base ones (logprobs among
+them) are decoded and refused later, by name, when the model's engine does not honour them
+(runtime/service.py); a body nested too deeply for the decoder is a 400 too. Every error is an
 `InvalidRequest` whose `param` is the field as OpenAI names it, e.g. ``"messages[0].content"``.
 
 This is the hot path of every request: each endpoint has one cached `msgspec.json.Decoder`.
@@ -123,6 +123,7 @@ class _Common(msgspec.Struct, kw_only=True):
     tools: list[Any] | None = None
     tool_choice: Any = None
     prompt_logprobs: int | None = None  # vLLM extension
+    logprob_token_ids: list[Any] | None = None  # vLLM extension
     return_token_ids: bool | None = None  # vLLM extension
     truncate_prompt_tokens: int | None = None  # vLLM extension
     add_special_tokens: bool | None = None  # vLLM extension
@@ -165,7 +166,9 @@ def _check_unserved(req: _Common) -> None:
     if req.tool_choice is not None and req.tool_choice != "none":
         raise not_served("tool_choice", "tool calling is not served yet")
     if req.prompt_logprobs is not None:
-        raise not_served("prompt_logprobs", "logprobs are not served yet")
+        raise not_served("prompt_logprobs", "prompt logprobs are not served")
+    if req.logprob_token_ids:
+        raise not_served("logprob_token_ids", "logprobs of chosen tokens are not served")
     if req.stream_options is not None and req.stream_options.continuous_usage_stats:
         raise not_served(
             "stream_options.continuous_usage_stats", "usage comes with the last chunk only"
@@ -189,7 +192,7 @@ def _check_common(req: _Common) -> None:
         )
 
 
-def _sampling(req: _Common, default_max_tokens: int) -> Sampling:
+def _sampling(req: _Common, default_max_tokens: int, logprobs: int | None = None) -> Sampling:
     max_tokens = req.max_completion_tokens
     if max_tokens is None:
         max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
@@ -237,6 +240,7 @@ def _sampling(req: _Common, default_max_tokens: int) -> Sampling:
             tuple(req.allowed_token_ids) if req.allowed_token_ids is not None else None
         ),
         structured=structured_of(req),
+        logprobs=logprobs,
     )
 
 
@@ -261,13 +265,14 @@ def _request(
     prompt: str | None = None,
     messages: tuple[Message, ...] | None = None,
     prompt_token_ids: tuple[int, ...] | None = None,
+    logprobs: int | None = None,
 ) -> GenerationRequest:
     stream = bool(req.stream)
     opts = req.stream_options
     return GenerationRequest(
         request_id=request_id,
         model=req.model,
-        sampling=_sampling(req, default_max_tokens),
+        sampling=_sampling(req, default_max_tokens, logprobs),
         prompt=prompt,
         messages=messages,
         prompt_token_ids=prompt_token_ids,
@@ -308,15 +313,36 @@ def message_of(i: int, msg: ChatMessage) -> Message:
     return Message(role, "\n".join(texts))
 
 
-def sampling_of(fields: dict[str, Any], default_max_tokens: int) -> Sampling:
+def _chat_logprobs(logprobs: bool | None, top: int | None) -> int | None:
+    """Chat's logprobs / top_logprobs -> the engine's number of top logprobs (vLLM's checks)."""
+    if top is not None:
+        if top < 0 and top != -1:
+            raise InvalidRequest(
+                "Invalid value for 'top_logprobs': must be at least 0, or -1 (all).",
+                "top_logprobs",
+            )
+        if top != 0 and not logprobs:
+            raise InvalidRequest(
+                "Invalid value for 'top_logprobs': needs logprobs set to true.", "top_logprobs"
+            )
+    return (top or 0) if logprobs else None
+
+
+def sampling_of(
+    fields: dict[str, Any], default_max_tokens: int, logprobs: int | None = None
+) -> Sampling:
     """Sampling from fields named as in the OpenAI API (another API's request, mapped), with
-    the same bounds, checks and errors as a JSON body's."""
+    the same bounds, checks and errors as a JSON body's; `logprobs` as completions take it."""
     try:
         req = msgspec.convert({"model": "-", **fields}, _Common)
     except msgspec.ValidationError as err:
         raise validation_error(err, EXPECTED) from None
     _check_common(req)
-    return _sampling(req, default_max_tokens)
+    if logprobs is not None and logprobs < -1:
+        raise InvalidRequest(
+            "Invalid value for 'logprobs': must be at least 0, or -1 (all).", "logprobs"
+        )
+    return _sampling(req, default_max_tokens, logprobs)
 
 
 def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> GenerationRequest:
@@ -330,10 +356,7 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     _check_common(req)
     if req.echo:
         raise not_served("echo", "chat completions do not echo the last message")
-    if req.logprobs:
-        raise InvalidRequest("logprobs is not supported.", "logprobs")
-    if req.top_logprobs:
-        raise not_served("top_logprobs", "logprobs are not served yet")
+    logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
     for name in ("chat_template", "chat_template_kwargs", "documents"):
         if getattr(req, name):
             raise not_served(name, "the engine's chat template is applied as it is")
@@ -344,7 +367,7 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     if req.continue_final_message:
         raise not_served("continue_final_message", "a generation prompt is always added")
     messages = tuple([message_of(i, m) for i, m in enumerate(req.messages)])
-    return _request(req, request_id, default_max_tokens, messages=messages)
+    return _request(req, request_id, default_max_tokens, messages=messages, logprobs=logprobs)
 
 
 def decode_completion(
@@ -357,8 +380,13 @@ def decode_completion(
     """
     req = decode_json(_COMPLETION_DECODER, body, EXPECTED_COMPLETION)
     _check_common(req)
-    if req.logprobs is not None:
-        raise InvalidRequest("logprobs is not supported.", "logprobs")
+    logprobs = req.logprobs
+    if logprobs is not None and logprobs < 0 and logprobs != -1:
+        raise InvalidRequest(
+            "Invalid value for 'logprobs': must be at least 0, or -1 (all).", "logprobs"
+        )
+    if logprobs is not None and req.echo:
+        raise not_served("logprobs", "the prompt's logprobs (echo with logprobs) are not served")
     if req.suffix:
         raise not_served("suffix", "completions take no suffix")
     if req.add_special_tokens is False:  # (vLLM's default for completions: true)
@@ -367,13 +395,16 @@ def decode_completion(
     if len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        out = _request(req, request_id, default_max_tokens, prompt=prompt)
+        out = _request(req, request_id, default_max_tokens, prompt=prompt, logprobs=logprobs)
         out.echo = bool(req.echo)
         return out
     if prompt and all(type(t) is int and 0 <= t <= INT32_MAX for t in prompt):
         if req.echo:
             raise not_served("echo", "a prompt of token ids is not echoed (send its text)")
-        return _request(req, request_id, default_max_tokens, prompt_token_ids=tuple(prompt))
+        ids = tuple(prompt)
+        return _request(
+            req, request_id, default_max_tokens, prompt_token_ids=ids, logprobs=logprobs
+        )
     if prompt and all(isinstance(p, (str, list)) for p in prompt):
         raise InvalidRequest(
             "prompt is not supported as a batch: send one prompt (a string or a list of "

@@ -11,6 +11,7 @@ from aiohttp import web
 from gateway.api.body import read_body
 from gateway.api.openai import encode
 from gateway.api.openai.direct import DirectSink
+from gateway.api.openai.logprobs import formatter
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
@@ -22,6 +23,7 @@ from gateway.types import (
     GatewayError,
     GenerationRequest,
     InvalidRequest,
+    Logprobs,
     Usage,
 )
 
@@ -120,13 +122,17 @@ class OpenAIServing:
         self, gen: Job, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
     ) -> web.Response:
         tally = Tally()
-        texts: list[str] = [gen.request.prompt or ""] if gen.request.echo else []
+        req = gen.request
+        texts: list[str] = [req.prompt or ""] if req.echo else []
+        fmt = formatter(kind == "chat", req.sampling.logprobs)
+        lps: list[Logprobs] = []
         while batch:
             for d in batch:
                 tally.add(d)
                 texts.append(d.text)
+                if d.logprobs:
+                    lps.extend(d.logprobs)
             batch = await gen.take()
-        req = gen.request
         encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
         body = encoder(
             req.request_id,
@@ -135,6 +141,7 @@ class OpenAIServing:
             "".join(texts),
             tally.reason,
             tally.usage(),
+            fmt(lps) if fmt is not None else None,
         )
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -150,7 +157,8 @@ class OpenAIServing:
         await resp.prepare(request)
         buf = bytearray()
         tally = Tally()
-        enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind)
+        fmt = formatter(kind == "chat", req.sampling.logprobs)
+        enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind, fmt)
         if batch and not gen.began:
             try:
                 batch = await self._wait_queued(resp, gen, batch)
@@ -229,7 +237,7 @@ class OpenAIServing:
                 sink.flush()  # frames it buffered go out before anything written here
             for d in batch:
                 if d.token_ids or d.text:
-                    enc.token_chunk_into(buf, d.text)
+                    enc.token_chunk_into(buf, d.text, d.logprobs)
                 elif not d.finish and not d.prompt_tokens:
                     buf += KEEPALIVE  # waiting in a queue: keep the connection alive
                 tally.add(d)

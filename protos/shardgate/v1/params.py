@@ -18,7 +18,7 @@ from typing import Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 # gRPC metadata key of the gateway's protocol version on the Link call.
 PROTOCOL_METADATA: Final = "shardgate-link-protocol"
 
@@ -75,6 +75,9 @@ class Sampling(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=T
     bad_words: tuple[str, ...] = ()
     allowed_token_ids: tuple[int, ...] | None = None
     structured: Structured | None = None
+    # Logprobs of each generated token and of this many top alternatives (vLLM's
+    # SamplingParams.logprobs: chat's top_logprobs, completions' logprobs); None: none.
+    logprobs: int | None = None
 
 
 _BASE: Final = frozenset(
@@ -124,6 +127,16 @@ class Generation(msgspec.Struct, array_like=True, gc=False, kw_only=True):
     lora: str = ""
 
 
+class Logprobs(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One generated token's logprobs as vLLM gives them: the sampled token first, then the
+    requested top ones by rank (a token that is both appears once, first). `tokens` are the
+    tokens' texts as vLLM decodes them for logprobs. Travels with the token in its delta."""
+
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    tokens: tuple[str, ...]
+
+
 class GenerationView:
     """Read access to the fields of the Generation a type carries (the gateway's request, the
     sidecar's engine request): the definition's own fields, not copies of them."""
@@ -162,6 +175,7 @@ class GenerationView:
 
 _ENCODE = msgspec.msgpack.Encoder()
 _DECODE = msgspec.msgpack.Decoder(Generation)
+_DECODE_LOGPROBS = msgspec.msgpack.Decoder(list[Logprobs])
 
 
 def encode(g: Generation) -> bytes:
@@ -171,3 +185,13 @@ def encode(g: Generation) -> bytes:
 def decode(data: bytes) -> Generation:
     """Raises msgspec.ValidationError / DecodeError on bytes that are not a Generation."""
     return _DECODE.decode(data)
+
+
+def encode_logprobs(lps: list[Logprobs]) -> bytes:
+    """A delta's logprobs as engine.proto's `Delta.logprobs` carries them."""
+    return _ENCODE.encode(lps)
+
+
+def decode_logprobs(data: bytes) -> list[Logprobs]:
+    """Raises msgspec.ValidationError / DecodeError on bytes that are not logprobs."""
+    return _DECODE_LOGPROBS.decode(data)

@@ -18,7 +18,7 @@ import struct
 
 import msgspec
 
-from shardgate.v1.params import PROTOCOL_VERSION, Generation
+from shardgate.v1.params import PROTOCOL_VERSION, Generation, Logprobs
 
 # "SGL" and the link protocol's version: a sidecar refuses a gateway that speaks another.
 MAGIC_PREFIX = b"SGL"
@@ -40,6 +40,7 @@ class WireDelta(msgspec.Struct, array_like=True, gc=False):
     error_code: int = 0
     error_message: str = ""
     error_field: str = ""
+    logprobs: list[Logprobs] | None = None
 
 
 class WireSubmit(msgspec.Struct, array_like=True, gc=False):

@@ -126,8 +126,10 @@ CHAT_CASES: list[tuple[dict[str, Any], str]] = [
         "messages[0].content[1].type",
     ),
     ({"messages": [{"role": "user", "content": "x", "name": 5}]}, "messages[0].name"),
-    ({"logprobs": True}, "logprobs"),
     ({"logprobs": 5}, "logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": -2}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": "2"}, "top_logprobs"),
 ]
 
 COMPLETION_CASES: list[tuple[dict[str, Any], str]] = [
@@ -141,9 +143,9 @@ COMPLETION_CASES: list[tuple[dict[str, Any], str]] = [
     ({"prompt": [True]}, "prompt"),
     ({"prompt": [[1, 2, 3]]}, "prompt"),
     ({"prompt": {"text": "x"}}, "prompt"),
-    ({"logprobs": 0}, "logprobs"),
-    ({"logprobs": 5}, "logprobs"),
     ({"logprobs": True}, "logprobs"),
+    ({"logprobs": -2}, "logprobs"),
+    ({"logprobs": 2, "echo": True}, "logprobs"),
 ]
 
 
@@ -250,7 +252,7 @@ def test_body_not_an_object(decode: Callable[[bytes, str], GenerationRequest], b
         ({"max_tokens": 0}, "Invalid value for 'max_tokens': must be an integer greater than 0"),
         ({"temperature": 3}, "Invalid value for 'temperature': must be a number between 0 and 2"),
         ({"n": 3}, "only n=1 is supported"),
-        ({"logprobs": True}, "logprobs is not supported"),
+        ({"top_logprobs": 2}, "Invalid value for 'top_logprobs': needs logprobs set to true"),
         ({"echo": True}, "echo is not supported: chat completions do not echo"),
         ({"best_of": 3}, "only best_of=1 is supported"),
         ({"stream_options": {"include_usage": True}}, "only allowed when 'stream' is enabled"),
@@ -307,6 +309,7 @@ NOT_SERVED: list[tuple[str, Any]] = [
     ("tool_choice", "auto"),
     ("tool_choice", "required"),
     ("prompt_logprobs", 1),
+    ("logprob_token_ids", [5]),
     ("return_token_ids", True),
     ("truncate_prompt_tokens", 8),
 ]
@@ -319,7 +322,6 @@ def test_continuous_usage_stats_is_refused_by_name() -> None:
 
 
 NOT_SERVED_CHAT: list[tuple[str, Any]] = [
-    ("top_logprobs", 3),
     ("chat_template", "{{ messages }}"),
     ("chat_template_kwargs", {"enable_thinking": False}),
     ("documents", [{"title": "t", "text": "x"}]),

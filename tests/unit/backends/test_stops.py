@@ -17,6 +17,33 @@ CASES = [
     (("", "q"), ["ab"], ["ab"], False),  # empty stop strings are ignored
 ]
 
+# include_stop_str_in_output: nothing held back, the stop string emitted, the search still
+# across pieces.
+INCLUDE_CASES = [
+    (("xyz",), ["ab", "cd", "ef"], ["ab", "cd", "ef"], False),
+    (("xyz",), ["abx", "y", "z!"], ["abx", "y", "z"], True),
+    (("cd",), ["abc", "def"], ["abc", "d"], True),
+    (("bcd", "c"), ["abcd"], ["abc"], True),
+]
+
+
+@pytest.mark.parametrize(("stops", "pieces", "emitted", "stopped"), INCLUDE_CASES)
+def test_stop_strings_included(
+    stops: tuple[str, ...], pieces: list[str], emitted: list[str], stopped: bool
+) -> None:
+    m = StopStrings(stops, include=True)
+    out = [m.feed(p) for p in pieces]
+    assert [text for text, _ in out] == emitted
+    assert [s for _, s in out] == [False] * (len(pieces) - 1) + [stopped]
+    assert m.flush() == ""
+
+
+def test_without_search_no_stop_string_completes() -> None:
+    m = StopStrings(("cd",))
+    assert m.feed("abc", search=False) == ("ab", False)
+    assert m.feed("d", search=False) == ("c", False)  # (it completed within min_tokens)
+    assert m.feed("cd") == ("d", True)
+
 
 @pytest.mark.parametrize(("stops", "pieces", "emitted", "stopped"), CASES)
 def test_stop_strings(

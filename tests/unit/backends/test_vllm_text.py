@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shardgate.v1.params import Sampling
 
 from tests.engines import require
 
@@ -38,26 +39,48 @@ def test_only_resumed_requests_and_split_prompts_need_it(tok: Any) -> None:
 
     ids = tok.encode(TEXT, add_special_tokens=False)
     split = next(k for k in range(1, len(ids)) if tok.decode(ids[:k]).endswith("\ufffd"))
-    assert own_text(tok, ids[:4], (), ()) is None
-    assert own_text(tok, ids[:split], (), ()) is not None
-    assert own_text(tok, ids[:4], ids[4:5], ()) is not None
+    none = Sampling(max_tokens=8)
+    assert own_text(tok, ids[:4], (), none) is None
+    assert own_text(tok, ids[:split], (), none) is not None
+    assert own_text(tok, ids[:4], ids[4:5], none) is not None
 
 
-@pytest.mark.parametrize("stops", [(), (";",), ("☃-L", "shards 𝄞")])
-def test_resumed_at_any_cut_the_text_goes_on_as_one_run(tok: Any, stops: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("stops", "include", "min_tokens"),
+    [
+        ((), False, 0),
+        ((";",), False, 0),
+        (("☃-L", "shards 𝄞"), False, 0),
+        ((";",), True, 0),
+        (("☃-L", "shards 𝄞"), True, 0),
+        ((";", "a"), False, 12),  # no stop string completes within the first 12 tokens
+        ((";", "a"), True, 12),
+    ],
+)
+def test_resumed_at_any_cut_the_text_goes_on_as_one_run(
+    tok: Any, stops: tuple[str, ...], include: bool, min_tokens: int
+) -> None:
     from engine_sidecar.backends.vllm.text import OwnText
 
+    s = Sampling(
+        max_tokens=64, stop=stops, include_stop_str_in_output=include, min_tokens=min_tokens
+    )
     prompt = tok.encode("Say:", add_special_tokens=False)
     ids = tok.encode(TEXT, add_special_tokens=False)
-    full_ids, full_text, full_stopped = _run(OwnText(tok, prompt, [], stops), ids)
+    full_ids, full_text, full_stopped = _run(OwnText(tok, prompt, [], s), ids)
     assert full_stopped == bool(stops)
     if not stops:
         assert full_text == TEXT
+    else:
+        first = min(i for i in (TEXT.find(x) for x in stops) if i != -1)
+        assert any(full_text.endswith(x) for x in stops) == include
+        # min_tokens: the first stop string did not end it.
+        assert (len(full_text) > first + max(map(len, stops))) == (min_tokens > 0)
     for cut in range(len(full_ids)):
         # The first run, cut there: what it held back (for a character, for a stop) was not sent.
-        first = OwnText(tok, prompt, [], stops)
-        sent = "".join(first.add([t], False)[1] for t in full_ids[:cut])
-        kept, rest, stopped = _run(OwnText(tok, prompt, full_ids[:cut], stops), ids[cut:])
+        first_run = OwnText(tok, prompt, [], s)
+        sent = "".join(first_run.add([t], False)[1] for t in full_ids[:cut])
+        kept, rest, stopped = _run(OwnText(tok, prompt, full_ids[:cut], s), ids[cut:])
         assert full_ids[:cut] + kept == full_ids, cut
         assert sent + rest == full_text, cut
         assert stopped == full_stopped

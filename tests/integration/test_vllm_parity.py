@@ -1,0 +1,258 @@
+"""The gateway answers as `vllm serve` does: the same requests to both, the answers compared.
+
+Both run the tiny model with the same engine arguments: the gateway through a sidecar on the
+session's in-process engine, `vllm serve` as its own process (tests/vllm_server.py). The dummy
+weights are seeded, so greedy and seeded requests must give the same content, logprobs (to
+1e-3), usage and finish reasons, streamed and not. Requests go one at a time, so that neither
+engine batches them differently.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import pytest_asyncio
+
+from engine_sidecar.config import SidecarConfig
+from engine_sidecar.server import Sidecar
+from gateway.app import Gateway
+from gateway.config.loader import parse
+from tests.engines import require, vllm_config
+
+pytestmark = pytest.mark.timeout(900)  # may start the shared engine and vllm serve
+
+MODEL = "tiny-llama"
+GATEWAY_YAML = """
+gateway:
+  default_max_tokens: 16
+sidecars:
+  - {name: vllm-0, address: '127.0.0.1:%d'}
+"""
+MESSAGES: list[Any] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Name three shards of glass."},
+]
+
+
+@pytest_asyncio.fixture(scope="module")
+async def gateway_url(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[str]:
+    require("vllm")
+    from engine_sidecar.backends.vllm.backend import VllmBackend
+
+    vllm = vllm_config(tiny_model_dir)
+    config = SidecarConfig(name="vllm-0", port=0, backend="vllm", vllm=vllm)
+    sidecar = Sidecar(config, backend=VllmBackend(vllm, engine=vllm_engine))
+    await sidecar.start()
+    gateway = Gateway(parse(GATEWAY_YAML % sidecar.port), http_port=0, grpc_port=0)
+    await gateway.start()
+    try:
+        assert await gateway.fleet.wait_connected(30.0), "the sidecar did not connect"
+        yield f"http://127.0.0.1:{gateway.http_port}/v1"
+    finally:
+        await gateway.stop(1.0)
+        await sidecar.stop(1.0)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def clients(
+    gateway_url: str, vllm_server: str
+) -> AsyncIterator[tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]]:
+    def client(url: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0, timeout=120.0)
+
+    async with client(gateway_url) as ours, client(vllm_server + "/v1") as theirs:
+        yield ours, theirs
+
+
+# --- what is compared --------------------------------------------------------------------------
+
+
+def _close(a: Any, b: Any, path: str = "") -> None:
+    """Equal, except floats (logprobs) to 1e-3."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert isinstance(a, int | float) and isinstance(b, int | float), path
+        assert math.isclose(a, b, abs_tol=1e-3), f"{path}: {a} != {b}"
+    elif isinstance(a, dict) and isinstance(b, dict):
+        assert list(a) == list(b), f"{path}: keys {list(a)} != {list(b)}"
+        for k in a:
+            _close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{path}: {len(a)} items != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def _usage(u: Any) -> tuple[int, int, int]:
+    return (u.prompt_tokens, u.completion_tokens, u.total_tokens)
+
+
+def _chat(r: Any) -> dict[str, Any]:
+    return {
+        "choices": [
+            {
+                "index": c.index,
+                "content": c.message.content,
+                "finish_reason": c.finish_reason,
+                "logprobs": c.logprobs.model_dump() if c.logprobs is not None else None,
+            }
+            for c in r.choices
+        ],
+        "usage": _usage(r.usage),
+    }
+
+
+def _completion(r: Any) -> dict[str, Any]:
+    return {
+        "choices": [
+            {
+                "index": c.index,
+                "text": c.text,
+                "finish_reason": c.finish_reason,
+                "logprobs": c.logprobs.model_dump() if c.logprobs is not None else None,
+            }
+            for c in r.choices
+        ],
+        "usage": _usage(r.usage),
+    }
+
+
+def _merge_logprobs(into: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
+    if into is None:
+        return part
+    for key, value in part.items():
+        if isinstance(value, list):
+            into[key] = (into.get(key) or []) + value
+    return into
+
+
+async def _chat_stream(client: openai.AsyncOpenAI, **kwargs: Any) -> dict[str, Any]:
+    choices: dict[int, dict[str, Any]] = {}
+    usage = None
+    stream = await client.chat.completions.create(
+        stream=True, stream_options={"include_usage": True}, **kwargs
+    )
+    async for chunk in stream:
+        if chunk.usage is not None:
+            usage = _usage(chunk.usage)
+        for c in chunk.choices:
+            out = choices.setdefault(
+                c.index, {"index": c.index, "content": "", "finish_reason": None, "logprobs": None}
+            )
+            out["content"] += c.delta.content or ""
+            if c.finish_reason is not None:
+                out["finish_reason"] = c.finish_reason
+            if c.logprobs is not None and c.logprobs.content:
+                out["logprobs"] = _merge_logprobs(out["logprobs"], c.logprobs.model_dump())
+    return {"choices": [choices[i] for i in sorted(choices)], "usage": usage}
+
+
+async def _completion_stream(client: openai.AsyncOpenAI, **kwargs: Any) -> dict[str, Any]:
+    choices: dict[int, dict[str, Any]] = {}
+    usage = None
+    stream = await client.completions.create(
+        stream=True, stream_options={"include_usage": True}, **kwargs
+    )
+    async for chunk in stream:
+        if chunk.usage is not None:
+            usage = _usage(chunk.usage)
+        for c in chunk.choices:
+            out = choices.setdefault(
+                c.index, {"index": c.index, "text": "", "finish_reason": None, "logprobs": None}
+            )
+            out["text"] += c.text
+            if c.finish_reason is not None:
+                out["finish_reason"] = c.finish_reason
+            if c.logprobs is not None and c.logprobs.tokens:
+                out["logprobs"] = _merge_logprobs(out["logprobs"], c.logprobs.model_dump())
+    return {"choices": [choices[i] for i in sorted(choices)], "usage": usage}
+
+
+# --- the requests ------------------------------------------------------------------------------
+
+GREEDY: dict[str, Any] = {"temperature": 0.0, "max_tokens": 12}
+
+CHAT_CASES: dict[str, dict[str, Any]] = {
+    "greedy": {},
+    "max_completion_tokens": {"max_tokens": None, "max_completion_tokens": 7},
+    "seeded": {"temperature": 0.9, "seed": 1234, "top_p": 0.9},
+    "top_k": {"temperature": 1.0, "seed": 7, "extra_body": {"top_k": 5}},
+    "stop": {"stop": ["a", "e"]},
+    "penalties": {"presence_penalty": 1.5, "frequency_penalty": 1.0},
+    "repetition_penalty": {"extra_body": {"repetition_penalty": 1.8}},
+    "min_p": {"temperature": 1.0, "seed": 3, "extra_body": {"min_p": 0.2}},
+    "logit_bias": {"logit_bias": {"300": 50, "301": 49}},
+    "min_tokens": {"extra_body": {"min_tokens": 10, "ignore_eos": False}},
+    "stop_token_ids": {"extra_body": {"stop_token_ids": [300]}, "logit_bias": {"300": 5}},
+    "bad_words": {"extra_body": {"bad_words": ["P"]}},
+    "allowed_token_ids": {"extra_body": {"allowed_token_ids": [300, 301, 302]}},
+    "logprobs": {"logprobs": True},
+    "top_logprobs": {"logprobs": True, "top_logprobs": 3},
+    "choice": {"extra_body": {"structured_outputs": {"choice": ["left", "right"]}}},
+    "regex": {"extra_body": {"structured_outputs": {"regex": "[a-c]{2,5}"}}},
+    "json_schema": {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "side",
+                "schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
+            },
+        },
+        "max_tokens": 24,
+    },
+}
+
+COMPLETION_CASES: dict[str, dict[str, Any]] = {
+    "greedy": {},
+    "seeded": {"temperature": 0.8, "seed": 99},
+    "stop": {"stop": [" S", "h"]},
+    "logprobs_0": {"logprobs": 0},
+    "logprobs_3": {"logprobs": 3},
+    "echo": {"echo": True},
+    "ignore_eos": {"extra_body": {"ignore_eos": True}, "max_tokens": 20},
+    "include_stop_str": {"stop": ["h"], "extra_body": {"include_stop_str_in_output": True}},
+}
+
+
+def _drop_unsupported(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+@pytest.mark.parametrize("case", sorted(CHAT_CASES))
+async def test_chat_answers_as_vllm_serve(
+    clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI], case: str, stream: bool
+) -> None:
+    kwargs = _drop_unsupported({"model": MODEL, "messages": MESSAGES, **GREEDY, **CHAT_CASES[case]})
+    answers = []
+    for client in clients:
+        if stream:
+            answers.append(await _chat_stream(client, **kwargs))
+        else:
+            answers.append(_chat(await client.chat.completions.create(**kwargs)))
+    ours, theirs = answers
+    _close(ours, theirs, case)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+@pytest.mark.parametrize("case", sorted(COMPLETION_CASES))
+async def test_completions_answer_as_vllm_serve(
+    clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI], case: str, stream: bool
+) -> None:
+    kwargs = _drop_unsupported(
+        {"model": MODEL, "prompt": "Shards of", **GREEDY, **COMPLETION_CASES[case]}
+    )
+    answers = []
+    for client in clients:
+        if stream:
+            answers.append(await _completion_stream(client, **kwargs))
+        else:
+            answers.append(_completion(await client.completions.create(**kwargs)))
+    ours, theirs = answers
+    _close(ours, theirs, case)
