@@ -212,9 +212,7 @@ async def test_a_gateway_without_tls_cannot_link(
         await certified.close()
 
 
-async def test_rotated_files_are_used_from_the_next_connection(
-    pki: Pki, tmp_path: Path
-) -> None:
+async def test_rotated_files_are_used_from_the_next_connection(pki: Pki, tmp_path: Path) -> None:
     """The sidecar's CA file is replaced by another CA's: the next connections need a
     certificate of the new CA, on every port."""
     files = tmp_path / "tls"
