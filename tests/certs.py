@@ -24,6 +24,13 @@ class Pair:
     key_file: Path
 
 
+def _general_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
 class Authority:
     """A CA that writes its certificate and the ones it signs under `folder`."""
 
@@ -65,9 +72,11 @@ class Authority:
         self.cert_file = folder / f"{name}.crt"
         self.cert_file.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, name: str, *, server: bool, into: Path | None = None) -> Pair:
-        """A certificate for `name`: a server's (for 127.0.0.1 and localhost) or a client's;
-        written as `name.crt` and `name.key` under `into` (default: the CA's folder)."""
+    def issue(
+        self, name: str, *, server: bool, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    ) -> Pair:
+        """A certificate for `name`: a server's (for `hosts`, IP addresses or DNS names) or a
+        client's; written as `name.crt` and `name.key` in the CA's folder."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -87,15 +96,10 @@ class Authority:
             )
         )
         if server:
-            names: list[x509.GeneralName] = [
-                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                x509.DNSName("localhost"),
-            ]
+            names = [_general_name(h) for h in hosts]
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert = builder.sign(self._key, hashes.SHA256())
-        folder = into or self.folder
-        folder.mkdir(parents=True, exist_ok=True)
-        pair = Pair(folder / f"{name}.crt", folder / f"{name}.key")
+        pair = Pair(self.folder / f"{name}.crt", self.folder / f"{name}.key")
         pair.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         pair.key_file.write_bytes(
             key.private_bytes(

@@ -25,6 +25,7 @@ from gateway.config.schema import LinkSettings, LinkTls
 from gateway.upstream.grpc_link import LINK_METADATA
 from gateway.upstream.link import EngineLink
 from tests.certs import Pair, Pki, make_pki, replace
+from tests.integration.poll import until_async
 
 GET_METRICS = b"GET /metrics HTTP/1.0\r\n\r\n"
 CLIENTS = ["plaintext", "no certificate", "another CA's certificate"]
@@ -191,9 +192,17 @@ def link_settings(pki: Pki, tls: bool) -> LinkSettings:
     return LinkSettings(connect_timeout_s=1.0, reconnect_max_s=0.5, tls=files if tls else None)
 
 
+def failed_attempts(caplog: pytest.LogCaptureFixture, name: str) -> int:
+    """The link sessions of `name` that ended in an error, as the gateway logs them."""
+    return sum(
+        r.name == "gateway.upstream.link" and r.getMessage().startswith(f"link {name} (")
+        for r in caplog.records
+    )
+
+
 @pytest.mark.parametrize("transport", ["auto", "grpc"])
 async def test_a_gateway_without_tls_cannot_link(
-    sidecar: Sidecar, pki: Pki, transport: str
+    sidecar: Sidecar, pki: Pki, transport: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     plain = EngineLink("plain", f"127.0.0.1:{sidecar.port}", link_settings(pki, tls=False))
     certified = EngineLink("tls", f"127.0.0.1:{sidecar.port}", link_settings(pki, tls=True))
@@ -203,13 +212,46 @@ async def test_a_gateway_without_tls_cannot_link(
     try:
         assert await certified.wait_connected(10)
         assert certified.transport == ("tcp" if transport == "auto" else "grpc")
-        # Three connect timeouts: every attempt in that time was refused.
-        assert not await plain.wait_connected(3.0)
-        assert not plain.connected
+        await until_async(lambda: failed_attempts(caplog, "plain") >= 2, 15, "two attempts")
+        assert not plain.connected and not plain._connected_once.is_set()
         assert sidecar.servicer.links + sidecar.tcp_link.open == 1  # the certified one's
     finally:
         await plain.close()
         await certified.close()
+
+
+@pytest.mark.parametrize("transport", ["auto", "grpc"])
+async def test_server_name_is_what_the_sidecars_certificate_is_checked_against(
+    pki: Pki, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sidecar whose certificate names a service, not its address: a gateway checking the
+    address refuses it; one told the name links."""
+    named = pki.ca.issue("named", server=True, hosts=("sidecar.shardgate.internal",))
+    tls = SidecarTls(
+        cert_file=str(named.cert_file),
+        key_file=str(named.key_file),
+        client_ca_file=str(pki.ca.cert_file),
+    )
+    s = await start(tls)
+    settings = msgspec.structs.replace(link_settings(pki, tls=True), transport=transport)
+    assert settings.tls is not None
+    by_name = msgspec.structs.replace(
+        settings,
+        tls=msgspec.structs.replace(settings.tls, server_name="sidecar.shardgate.internal"),
+    )
+    by_address = EngineLink("by-address", f"127.0.0.1:{s.port}", settings)
+    named_link = EngineLink("by-name", f"127.0.0.1:{s.port}", by_name)
+    for link in (by_address, named_link):
+        link.start()
+    try:
+        assert await named_link.wait_connected(10)
+        assert named_link.transport == ("tcp" if transport == "auto" else "grpc")
+        await until_async(lambda: failed_attempts(caplog, "by-address") >= 2, 15, "attempts")
+        assert not by_address._connected_once.is_set()
+    finally:
+        await by_address.close()
+        await named_link.close()
+        await s.stop(0.5)
 
 
 async def test_rotated_files_are_used_from_the_next_connection(pki: Pki, tmp_path: Path) -> None:
