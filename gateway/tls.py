@@ -28,6 +28,7 @@ import grpc
 log = logging.getLogger(__name__)
 
 Stamp = tuple[tuple[int, int, int], ...]
+_UNREADABLE: Stamp = ()  # a file missing or unreadable for the moment
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,22 +61,19 @@ class TlsFiles:
         self._paths = [Path(p) for p in (cert_file, key_file, *([ca_file] if ca_file else []))]
         self._has_ca = ca_file is not None
         self._lock = threading.Lock()  # gRPC calls the fetcher from its own threads
-        self._stamp: Stamp | None = None
-        self._failed: Stamp | None = None
-        self._fetched = 0
+        self._failed: Stamp | None = None  # the files as they were when they did not load
         try:
-            stamp = self._read_stamp()
-            self._loaded = self._load(stamp, 1)
+            self._stamp = self._read_stamp()
+            self._loaded = self._load(1)
         except (OSError, ssl.SSLError, ValueError) as e:
             raise ValueError(f"{what}: cannot load the certificate files: {e}") from None
-        self._stamp = stamp
 
     # -- reading the files -------------------------------------------------------------------
     def _read_stamp(self) -> Stamp:
         stats = [os.stat(p) for p in self._paths]
         return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
 
-    def _load(self, stamp: Stamp, version: int) -> Loaded:
+    def _load(self, version: int) -> Loaded:
         cert, key, *rest = (p.read_bytes() for p in self._paths)
         ca = rest[0] if rest else None
         purpose = ssl.PROTOCOL_TLS_SERVER if self.server else ssl.PROTOCOL_TLS_CLIENT
@@ -95,19 +93,23 @@ class TlsFiles:
             try:
                 stamp = self._read_stamp()
             except OSError as e:
-                return self._keep(None, e)
-            if stamp == self._stamp or stamp == self._failed:
+                return self._keep(_UNREADABLE, e)
+            if stamp == self._stamp:
+                self._failed = None
+                return self._loaded
+            if stamp == self._failed:
                 return self._loaded
             try:
-                loaded = self._load(stamp, self._loaded.version + 1)
+                loaded = self._load(self._loaded.version + 1)
             except (OSError, ssl.SSLError, ValueError) as e:
                 return self._keep(stamp, e)
             self._loaded, self._stamp, self._failed = loaded, stamp, None
             log.info("%s: certificate files changed: loaded them again", self.what)
             return loaded
 
-    def _keep(self, stamp: Stamp | None, error: Exception) -> Loaded:
-        if stamp is None or stamp != self._failed:
+    def _keep(self, stamp: Stamp, error: Exception) -> Loaded:
+        """The files changed into what does not load: warn once per state of the files."""
+        if stamp != self._failed:
             log.warning(
                 "%s: cannot load the changed certificate files (%s); the previous "
                 "certificate stays in force",
