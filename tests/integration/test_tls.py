@@ -19,6 +19,8 @@ from shardgate.v1 import gateway_pb2_grpc as gateway_grpc
 
 from engine_sidecar.backends.sim import SimConfig
 from engine_sidecar.config import SidecarTls
+from gateway.cluster import _wait_ready as wait_ready
+from gateway.cluster import banner
 from tests.certs import Pair, Pki, make_pki, replace
 from tests.integration.cluster import Cluster
 from tests.integration.poll import until
@@ -98,6 +100,14 @@ async def test_the_openai_sdk_over_https(cluster: Cluster, pki: Pki) -> None:
             f"{base_url(cluster)}/tokenize", json={"model": "sim-llama", "prompt": "a b c"}
         )
         assert t.status_code == 200 and t.json()["count"] > 0
+
+
+async def test_shardgate_up_sees_a_tls_gateway_ready(cluster: Cluster) -> None:
+    assert cluster.gateway is not None
+    assert await wait_ready("127.0.0.1", cluster.gateway.http_port, 10, tls=True)
+    assert banner(cluster.gateway.config, 1, 2).startswith(
+        "shardgate is up: OpenAI API at https://127.0.0.1:1/v1"
+    )
 
 
 async def test_the_grpc_api_over_tls(cluster: Cluster, pki: Pki) -> None:
