@@ -14,7 +14,7 @@ import uvloop
 import yaml
 
 from engine_sidecar import config as sidecar_config
-from engine_sidecar.server import serve
+from engine_sidecar.server import serve, tls_files
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         cfg = build_config(args)
+        tls_files(cfg)  # certificate files that cannot load stop the start here, named
     except (ValueError, OSError) as e:
         print(f"shardgate sidecar: {e}", file=sys.stderr)
         return 2

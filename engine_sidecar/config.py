@@ -14,6 +14,15 @@ Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 
 
+class SidecarTls(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Mutual TLS on every port the sidecar serves: its certificate, and the CA that the
+    gateway's client certificate must be signed by. The files are read again when they change."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str
+
+
 class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     name: str = "sidecar"
     host: str = "127.0.0.1"
@@ -39,6 +48,8 @@ class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     allow_fault_injection: bool = False
     # Deltas a link may hold for a gateway that stopped reading before the link is dropped.
     max_link_pending: Annotated[int, msgspec.Meta(gt=0)] = 1_000_000
+    # Absent: every port is plaintext (for a trusted network only).
+    tls: SidecarTls | None = None
 
     def __post_init__(self) -> None:
         if self.rank >= self.world_size:

@@ -22,6 +22,7 @@ The vllm: series carry `model_name`, as vLLM's do.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterator
 
 from aiohttp import web
@@ -118,8 +119,9 @@ class SidecarMetrics:
         body, content_type = self.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen on host:port (0 picks a free port); returns the bound port."""
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
+        """Listen on host:port (0 picks a free port), over TLS with `ssl_context`; returns the
+        bound port."""
         if self._runner is not None:
             raise RuntimeError("sidecar metrics already started")
         app = web.Application()
@@ -127,7 +129,7 @@ class SidecarMetrics:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:
-            await web.TCPSite(runner, host, port).start()
+            await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
         except BaseException:
             await runner.cleanup()
             raise

@@ -17,6 +17,7 @@ from engine_sidecar.metrics import SidecarMetrics
 from engine_sidecar.servicer import EngineServicer
 from engine_sidecar.tcp_link import TcpLinkServer
 from gateway import tasks
+from gateway.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,14 @@ def make_backend(config: SidecarConfig) -> Backend:
     raise ValueError(f"unknown backend {config.backend!r}")
 
 
+def tls_files(config: SidecarConfig) -> TlsFiles | None:
+    """Every port (gRPC, TCP link, metrics) takes only clients whose certificate the CA signed."""
+    t = config.tls
+    if t is None:
+        return None
+    return TlsFiles("sidecar tls", t.cert_file, t.key_file, t.client_ca_file, server=True)
+
+
 class Sidecar:
     """A started sidecar; `port` is the bound port (useful with port 0)."""
 
@@ -54,7 +63,11 @@ class Sidecar:
         self.server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 << 20)]
         )
-        self.tcp_link = TcpLinkServer(self.servicer.link_session, config.link_write_timeout_s)
+        self.tls = tls_files(config)
+        self._front = self.tls.front_context() if self.tls is not None else None
+        self.tcp_link = TcpLinkServer(
+            self.servicer.link_session, config.link_write_timeout_s, ssl=self._front
+        )
         self.port = 0
         self.link_port = 0
         self.metrics_port = 0
@@ -64,7 +77,11 @@ class Sidecar:
     async def start(self) -> None:
         pb_grpc.add_EngineServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.port = self.server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        address = f"{self.config.host}:{self.config.port}"
+        if self.tls is not None:
+            self.port = self.server.add_secure_port(address, self.tls.server_credentials())
+        else:
+            self.port = self.server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot bind {self.config.host}:{self.config.port}")
         if self.config.link_port >= 0:
@@ -80,16 +97,17 @@ class Sidecar:
                 inflight=lambda: self.hub.inflight,
             )
             self.metrics_port = await self._metrics.start(
-                self.config.host, self.config.metrics_port
+                self.config.host, self.config.metrics_port, self._front
             )
         await self._set_serving(True)
         self._watch = asyncio.create_task(self._watch_engine())
         log.info(
-            "sidecar %s serving on %s:%d (tcp link: %s)",
+            "sidecar %s serving on %s:%d (tcp link: %s, %s)",
             self.config.name,
             self.config.host,
             self.port,
             self.link_port or "off",
+            "mutual TLS" if self.tls is not None else "plaintext",
         )
 
     async def _set_serving(self, serving: bool) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl as ssl_module
 from collections.abc import Callable
 
 import msgspec
@@ -61,15 +62,27 @@ async def requests(reader: asyncio.StreamReader) -> Requests:
 
 
 class TcpLinkServer:
-    def __init__(self, new_session: Callable[[], LinkSession], drain_timeout_s: float) -> None:
+    """`ssl`: the TLS every connection must complete (within the handshake timeout) before
+    anything is read."""
+
+    def __init__(
+        self,
+        new_session: Callable[[], LinkSession],
+        drain_timeout_s: float,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
         self._new_session = new_session
         self._drain_timeout_s = drain_timeout_s
+        self.ssl = ssl
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self.open = 0
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve, host, port)
+        handshake = HANDSHAKE_TIMEOUT_S if self.ssl is not None else None
+        self._server = await asyncio.start_server(
+            self._serve, host, port, ssl=self.ssl, ssl_handshake_timeout=handshake
+        )
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:

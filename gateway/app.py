@@ -18,7 +18,7 @@ from gateway.api import grpc_api
 from gateway.api.http import HttpApi
 from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
 from gateway.config.reload import Reloader
-from gateway.config.schema import Config
+from gateway.config.schema import Config, EdgeTls
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.observability.siblings import Siblings
@@ -31,6 +31,8 @@ from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
+from gateway.tls import TlsFiles
+from gateway.upstream import credentials
 from gateway.workers import Seat, share
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,16 @@ log = logging.getLogger(__name__)
 def validate_static(config: Config) -> None:
     """Checks beyond the schema that need components built (routing plugins' parameters)."""
     Router(config.routing, None)
+
+
+def edge_tls(what: str, tls: EdgeTls | None) -> TlsFiles | None:
+    return None if tls is None else TlsFiles(what, tls.cert_file, tls.key_file, server=True)
+
+
+def check_link_tls(config: Config) -> None:
+    """The link's certificate files load (ValueError naming `gateway.link.tls` if not)."""
+    if config.gateway.link.tls is not None:
+        credentials.files(config.gateway.link.tls)
 
 
 def config_hash(config: Config) -> str:
@@ -98,6 +110,9 @@ class Gateway:
         s = config.gateway
         self.worker_of = worker_of
         self.config = config
+        check_link_tls(config)
+        self._http_tls = edge_tls("gateway.http.tls", s.http.tls)
+        self._grpc_tls = edge_tls("gateway.grpc.tls", s.grpc.tls)
         self.draining = False
         self.metrics = GatewayMetrics(
             config.pricing,
@@ -167,6 +182,7 @@ class Gateway:
     def validate(self, new: Config) -> None:
         """What a running gateway cannot take without a restart, and what only building shows."""
         validate_static(new)
+        check_link_tls(new)
         old = self.config.gateway
         for name in ("http", "grpc", "max_body_bytes", *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
@@ -222,7 +238,12 @@ class Gateway:
         await self._runner.setup()
         reuse = self.worker_of > 1
         site = web.TCPSite(
-            self._runner, s.http.host, self._http_port, backlog=1024, reuse_port=reuse or None
+            self._runner,
+            s.http.host,
+            self._http_port,
+            backlog=1024,
+            reuse_port=reuse or None,
+            ssl_context=self._http_tls.front_context() if self._http_tls is not None else None,
         )
         await site.start()
         self.http_port = self._runner.addresses[0][1]
@@ -243,7 +264,11 @@ class Gateway:
             ),
             server,
         )
-        self.grpc_port = server.add_insecure_port(f"{s.grpc.host}:{self._grpc_port}")
+        address = f"{s.grpc.host}:{self._grpc_port}"
+        if self._grpc_tls is not None:
+            self.grpc_port = server.add_secure_port(address, self._grpc_tls.server_credentials())
+        else:
+            self.grpc_port = server.add_insecure_port(address)
         if self.grpc_port == 0:
             raise OSError(f"cannot bind {s.grpc.host}:{self._grpc_port}")
         await server.start()

@@ -74,7 +74,8 @@ class LocalSidecars:
 
 def banner(config: Config, http_port: int, grpc_port: int) -> str:
     s = config.gateway
-    base = f"http://{s.http.host}:{http_port}/v1"
+    scheme = "https" if s.http.tls is not None else "http"
+    base = f"{scheme}://{s.http.host}:{http_port}/v1"
     return (
         f"shardgate is up: OpenAI API at {base}, gRPC at {s.grpc.host}:{grpc_port}\n"
         f"  curl {base}/chat/completions -H 'Content-Type: application/json' \\\n"
@@ -86,14 +87,16 @@ def banner(config: Config, http_port: int, grpc_port: int) -> str:
     )
 
 
-async def _wait_ready(host: str, port: int, timeout_s: float) -> bool:
-    """Poll /readyz until the gateway (any worker) says ready."""
+async def _wait_ready(host: str, port: int, timeout_s: float, tls: bool = False) -> bool:
+    """Poll /readyz until the gateway (any worker) says ready (over TLS: not checking the
+    certificate, of our own child on our own host)."""
     loop = asyncio.get_running_loop()
+    url = f"{'https' if tls else 'http'}://{host}:{port}/readyz"
     deadline = loop.time() + timeout_s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
         while loop.time() < deadline:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with http.get(f"http://{host}:{port}/readyz") as resp:
+                async with http.get(url, ssl=not tls) as resp:
                     if resp.status == 200:
                         return True
             await asyncio.sleep(0.2)
@@ -127,7 +130,7 @@ async def _serve(
                 s.http.port if http_port is None else http_port,
                 s.grpc.port if grpc_port is None else grpc_port,
             )
-            ready = await _wait_ready(s.http.host, ports[0], UP_WAIT_S)
+            ready = await _wait_ready(s.http.host, ports[0], UP_WAIT_S, s.http.tls is not None)
         else:
             gw = Gateway(config, http_port, grpc_port, config_path=path)
             if gw.reloader is not None:

@@ -18,9 +18,29 @@ class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True
     pass
 
 
+class EdgeTls(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """TLS served on a public port; the files are read again when they change."""
+
+    cert_file: str
+    key_file: str
+
+
 class Listen(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     host: str = "127.0.0.1"
     port: Port
+    # Absent: plaintext (TLS ends at an ingress in front of the gateway).
+    tls: EdgeTls | None = None
+
+
+class LinkTls(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Mutual TLS to the sidecars: the gateway's client certificate, and the CA that sidecars'
+    certificates must be signed by. New links read the files again when they changed."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str
+    # The name sidecars' certificates are checked against (default: the host of each address).
+    server_name: str | None = None
 
 
 class LinkSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -33,6 +53,8 @@ class LinkSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     reconnect_max_s: Seconds = 5.0
     # Submits/aborts waiting for the link writer before new requests are refused.
     max_outgoing: Annotated[int, msgspec.Meta(gt=0)] = 100_000
+    # Absent: plaintext links (sidecars with `tls` refuse them).
+    tls: LinkTls | None = None
 
 
 class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -13,8 +13,9 @@ from shardgate.v1 import engine_pb2_grpc as pb_grpc
 from shardgate.v1.params import PROTOCOL_METADATA, PROTOCOL_VERSION
 
 from gateway import tasks
+from gateway.config.schema import LinkTls
 from gateway.runtime.flush import FLUSHER
-from gateway.upstream import convert
+from gateway.upstream import convert, credentials
 
 if TYPE_CHECKING:
     from gateway.upstream.link import EngineLink
@@ -31,9 +32,9 @@ CHANNEL_OPTIONS = [
 ]
 
 
-async def link_port(address: str, timeout_s: float) -> int:
+async def link_port(address: str, timeout_s: float, tls: LinkTls | None = None) -> int:
     """The port of the sidecar's TCP link, from its Info (0: it serves none)."""
-    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+    async with credentials.channel(address, tls, CHANNEL_OPTIONS) as channel:
         async with asyncio.timeout(timeout_s):
             await channel.channel_ready()
             info = await pb_grpc.EngineStub(channel).Info(pb.InfoRequest())
@@ -43,7 +44,7 @@ async def link_port(address: str, timeout_s: float) -> int:
 async def run(link: EngineLink) -> None:
     """One session: returns or raises when the stream ends."""
     s = link.settings
-    async with grpc.aio.insecure_channel(link.address, options=CHANNEL_OPTIONS) as channel:
+    async with credentials.channel(link.address, s.tls, CHANNEL_OPTIONS) as channel:
         async with asyncio.timeout(s.connect_timeout_s):
             await channel.channel_ready()
             call = pb_grpc.EngineStub(channel).Link(metadata=LINK_METADATA)

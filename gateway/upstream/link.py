@@ -171,7 +171,7 @@ class EngineLink:
     async def _session(self) -> None:
         s = self.settings
         port = (
-            await grpc_link.link_port(self.address, s.connect_timeout_s)
+            await grpc_link.link_port(self.address, s.connect_timeout_s, s.tls)
             if s.transport == "auto"
             else 0
         )

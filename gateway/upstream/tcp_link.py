@@ -20,7 +20,7 @@ from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import wire
 
 from gateway.runtime.flush import FLUSHER
-from gateway.upstream import convert
+from gateway.upstream import convert, credentials
 
 if TYPE_CHECKING:
     from gateway.upstream.link import EngineLink
@@ -134,8 +134,12 @@ async def run(link: EngineLink, host: str, port: int) -> None:
     proto = LinkProtocol(link, loop)
     try:
         try:
+            tls = credentials.tcp_context(s.tls)
+            name = (s.tls.server_name or host) if s.tls is not None else None
             async with asyncio.timeout(s.connect_timeout_s):
-                await loop.create_connection(lambda: proto, host, port)
+                await loop.create_connection(
+                    lambda: proto, host, port, ssl=tls, server_hostname=name
+                )
                 await proto.announced
         except BadData:
             raise  # it answered, and broke the protocol (or speaks another version)

@@ -8,7 +8,9 @@ from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
 from shardgate.v1 import params
 
+from gateway.config.schema import LinkTls
 from gateway.types import GatewayError, InvalidRequest, ModelNotFound, Unavailable
+from gateway.upstream import credentials
 from gateway.upstream.grpc_link import CHANNEL_OPTIONS
 
 
@@ -25,11 +27,11 @@ def _error(e: grpc.aio.AioRpcError, model: str, what: str) -> GatewayError:
 
 
 async def tokenize(
-    address: str, generation: params.Generation, timeout_s: float
+    address: str, generation: params.Generation, timeout_s: float, tls: LinkTls | None = None
 ) -> tuple[list[int], int]:
     """(the prompt's token ids, the model's max_model_len)."""
     request = pb.TokenizeRequest(generation=params.encode(generation))
-    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+    async with credentials.channel(address, tls, CHANNEL_OPTIONS) as channel:
         try:
             reply = await pb_grpc.EngineStub(channel).Tokenize(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as e:
@@ -37,9 +39,11 @@ async def tokenize(
     return list(reply.tokens), reply.max_model_len
 
 
-async def detokenize(address: str, model: str, tokens: list[int], timeout_s: float) -> str:
+async def detokenize(
+    address: str, model: str, tokens: list[int], timeout_s: float, tls: LinkTls | None = None
+) -> str:
     request = pb.DetokenizeRequest(model=model, tokens=tokens)
-    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+    async with credentials.channel(address, tls, CHANNEL_OPTIONS) as channel:
         try:
             reply = await pb_grpc.EngineStub(channel).Detokenize(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as e:

@@ -89,7 +89,8 @@ class Tokenizing:
             messages=messages,
             lora=lora,
         )
-        ids, max_len = await tokens.tokenize(address, generation, TIMEOUT_S)
+        tls = self.settings.link.tls
+        ids, max_len = await tokens.tokenize(address, generation, TIMEOUT_S, tls)
         return web.json_response(
             {"count": len(ids), "max_model_len": max_len, "tokens": ids, "token_strs": None}
         )
@@ -100,5 +101,6 @@ class Tokenizing:
         )
         req = decode_json(_DETOKENIZE, body, _EXPECTED)
         model, _, address = self._replica(request, req.model)
-        text = await tokens.detokenize(address, model, req.tokens, TIMEOUT_S)
+        tls = self.settings.link.tls
+        text = await tokens.detokenize(address, model, req.tokens, TIMEOUT_S, tls)
         return web.json_response({"prompt": text})
