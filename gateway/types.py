@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 # Defined once, with the link's parameters; the core names them from here.
 from shardgate.v1.params import Finish as Finish
 from shardgate.v1.params import Generation, GenerationView
@@ -19,7 +21,7 @@ class GenerationRequest(GenerationView):
     sent to the sidecar as they are) and what only the gateway uses. Exactly one of
     prompt/messages/prompt_token_ids is set."""
 
-    __slots__ = ("_priority", "echo", "generation", "include_usage", "session_id", "stream")
+    __slots__ = ("_priority", "echo", "generation", "include_usage", "n", "session_id", "stream")
 
     def __init__(
         self,
@@ -49,6 +51,7 @@ class GenerationRequest(GenerationView):
         self.include_usage = include_usage
         self.session_id = session_id
         self.echo = False  # completions: the prompt comes back before the completion
+        self.n = 1  # choices: n > 1 runs as n engine requests (child)
         self._priority = priority  # None: the client asked for no class
 
     def _key(self) -> tuple[object, ...]:
@@ -59,6 +62,7 @@ class GenerationRequest(GenerationView):
             self.session_id,
             self._priority,
             self.echo,
+            self.n,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -70,6 +74,23 @@ class GenerationRequest(GenerationView):
 
     def __repr__(self) -> str:
         return f"GenerationRequest{self._key()!r}"
+
+    def child(self, index: int) -> GenerationRequest:
+        """The engine request of choice `index` of n, as vLLM's parallel sampling makes it: its
+        own id, and with a seed, the seed plus its index."""
+        g = self.generation
+        seed = g.sampling.seed
+        if seed is not None:
+            sampling = msgspec.structs.replace(g.sampling, seed=(seed + index) % 2**64)
+        else:
+            sampling = g.sampling
+        out = GenerationRequest.__new__(GenerationRequest)
+        out.generation = msgspec.structs.replace(
+            g, request_id=f"{index}_{g.request_id}", sampling=sampling
+        )
+        out.stream, out.include_usage, out.echo = self.stream, self.include_usage, self.echo
+        out.session_id, out._priority, out.n = self.session_id, self._priority, 1
+        return out
 
     @property
     def model(self) -> str:

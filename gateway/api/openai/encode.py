@@ -16,6 +16,7 @@ from gateway.types import GatewayError, Usage
 
 __all__ = [
     "DONE",
+    "Choice",
     "ChunkEncoder",
     "ChunkKind",
     "encode_chat_completion",
@@ -74,7 +75,9 @@ class ChunkEncoder:
         created: int,
         kind: ChunkKind,
         logprobs: LogprobFormat | None = None,
+        index: int = 0,
     ) -> None:
+        """`index`: the choice this encoder's chunks are of (n > 1)."""
         if kind == "chat":
             id_, obj = "chatcmpl-" + request_id, "chat.completion.chunk"
         elif kind == "completion":
@@ -97,20 +100,21 @@ class ChunkEncoder:
         )
         self._head = head
         self._logprobs = logprobs
+        choice = b'[{"index":%d,' % index
         if kind == "chat":
             self._role_chunk = (
-                head + b'[{"index":0,"delta":{"role":"assistant","content":""}' + _NO_CHOICE_TAIL
+                head + choice + b'"delta":{"role":"assistant","content":""}' + _NO_CHOICE_TAIL
             )
-            self._token_prefix = head + b'[{"index":0,"delta":{"content":'
+            self._token_prefix = head + choice + b'"delta":{"content":'
             self._token_suffix = b"}" + _NO_CHOICE_TAIL
             self._token_text_end = b'},"logprobs":'
-            self._finish_prefix = head + b'[{"index":0,"delta":{},"logprobs":null,"finish_reason":'
+            self._finish_prefix = head + choice + b'"delta":{},"logprobs":null,"finish_reason":'
         else:
             self._role_chunk = b""
-            self._token_prefix = head + b'[{"index":0,"text":'
+            self._token_prefix = head + choice + b'"text":'
             self._token_suffix = _NO_CHOICE_TAIL
             self._token_text_end = b',"logprobs":'
-            self._finish_prefix = head + b'[{"index":0,"text":"","logprobs":null,"finish_reason":'
+            self._finish_prefix = head + choice + b'"text":"","logprobs":null,"finish_reason":'
 
     def role_chunk(self) -> bytes:
         """The first event of a chat stream (the assistant role); b"" for completions."""
@@ -153,14 +157,16 @@ class ChunkEncoder:
         return b"data: " + _encode(err) + b"\n\n"
 
 
+class Choice(msgspec.Struct, frozen=True):
+    """One choice of a non-streaming answer."""
+
+    text: str
+    finish_reason: str
+    logprobs: dict[str, Any] | None = None
+
+
 def encode_chat_completion(
-    request_id: str,
-    model: str,
-    created: int,
-    text: str,
-    finish_reason: str,
-    usage: Usage,
-    logprobs: dict[str, Any] | None = None,
+    request_id: str, model: str, created: int, choices: list[Choice], usage: Usage
 ) -> bytes:
     """The body of a non-streaming chat completion (``"object": "chat.completion"``)."""
     return _encode(
@@ -171,11 +177,12 @@ def encode_chat_completion(
             "model": model,
             "choices": [
                 {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "logprobs": logprobs,
-                    "finish_reason": finish_reason,
+                    "index": i,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": c.logprobs,
+                    "finish_reason": c.finish_reason,
                 }
+                for i, c in enumerate(choices)
             ],
             "usage": _usage(usage),
         }
@@ -183,13 +190,7 @@ def encode_chat_completion(
 
 
 def encode_completion(
-    request_id: str,
-    model: str,
-    created: int,
-    text: str,
-    finish_reason: str,
-    usage: Usage,
-    logprobs: dict[str, Any] | None = None,
+    request_id: str, model: str, created: int, choices: list[Choice], usage: Usage
 ) -> bytes:
     """The body of a non-streaming text completion (``"object": "text_completion"``)."""
     return _encode(
@@ -200,11 +201,12 @@ def encode_completion(
             "model": model,
             "choices": [
                 {
-                    "index": 0,
-                    "text": text,
-                    "logprobs": logprobs,
-                    "finish_reason": finish_reason,
+                    "index": i,
+                    "text": c.text,
+                    "logprobs": c.logprobs,
+                    "finish_reason": c.finish_reason,
                 }
+                for i, c in enumerate(choices)
             ],
             "usage": _usage(usage),
         }

@@ -42,6 +42,8 @@ __all__ = [
 ]
 
 _INT32_MIN: Final = -(2**31)
+# Choices per request (OpenAI's limit): each is an engine request.
+MAX_N: Final = 128
 
 # Sampling.max_tokens and top_k travel to the engine as int32, the seed as uint64.
 _MaxTokens = Annotated[int, msgspec.Meta(ge=1, le=INT32_MAX)]
@@ -181,8 +183,8 @@ def _check_unserved(req: _Common) -> None:
 
 def _check_common(req: _Common) -> None:
     _check_unserved(req)
-    if req.n is not None and req.n != 1:
-        raise InvalidRequest("Invalid value for 'n': only n=1 is supported.", "n")
+    if req.n is not None and not 1 <= req.n <= MAX_N:
+        raise InvalidRequest(f"Invalid value for 'n': must be between 1 and {MAX_N}.", "n")
     if req.best_of is not None and req.best_of != 1:
         raise InvalidRequest("Invalid value for 'best_of': only best_of=1 is supported.", "best_of")
     if req.stream_options is not None and not req.stream:
@@ -269,7 +271,7 @@ def _request(
 ) -> GenerationRequest:
     stream = bool(req.stream)
     opts = req.stream_options
-    return GenerationRequest(
+    out = GenerationRequest(
         request_id=request_id,
         model=req.model,
         sampling=_sampling(req, default_max_tokens, logprobs),
@@ -280,6 +282,8 @@ def _request(
         include_usage=stream and opts is not None and bool(opts.include_usage),
         priority=req.priority,
     )
+    out.n = req.n or 1
+    return out
 
 
 def message_of(i: int, msg: ChatMessage) -> Message:

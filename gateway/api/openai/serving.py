@@ -10,83 +10,39 @@ from aiohttp import web
 
 from gateway.api.body import read_body
 from gateway.api.openai import encode
+from gateway.api.openai.choices import Choices
 from gateway.api.openai.direct import DirectSink
 from gateway.api.openai.logprobs import formatter
+from gateway.api.openai.sse import (
+    KEEPALIVE,
+    SSE_HEADERS,
+    SSEResponse,
+    Tally,
+    parse_priority,
+    response_headers,
+)
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.types import (
-    FINISH_REASON,
     Delta,
-    Finish,
     GatewayError,
     GenerationRequest,
-    InvalidRequest,
     Logprobs,
-    Usage,
 )
 
 Decode = Callable[[bytes, str, int], GenerationRequest]
 
-KEEPALIVE = b": keep-alive\n\n"
-
-SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",
-}
-
-
-def parse_priority(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidRequest("x-priority must be an integer", "x-priority") from None
-
-
-class Tally:
-    """Usage and finish of a generation, from its deltas."""
-
-    __slots__ = ("cached", "completion", "counted", "finish", "prompt")
-
-    def __init__(self) -> None:
-        self.prompt = 0
-        self.cached = 0
-        self.completion = 0
-        self.counted = 0
-        self.finish = Finish.NONE
-
-    def add(self, d: Delta) -> None:
-        self.counted += len(d.token_ids)
-        if d.prompt_tokens:
-            self.prompt = d.prompt_tokens
-            self.cached = d.cached_tokens
-        if d.finish:
-            self.finish = d.finish
-            self.completion = d.completion_tokens
-
-    def usage(self) -> Usage:
-        return Usage(self.prompt, self.completion or self.counted, self.cached)
-
-    @property
-    def reason(self) -> str:
-        return FINISH_REASON.get(self.finish, "stop")
-
-
-def response_headers(gen: Job) -> dict[str, str]:
-    """Rate-limit values and the replica that took the request (once one has)."""
-    out = dict(gen.headers)
-    if gen.first_replica:
-        out["x-shardgate-replica"] = gen.first_replica
-    return out
-
-
-class SSEResponse(web.StreamResponse):
-    """Holds its headers back until the first write, so that they leave in the same send() as
-    the first chunk (an SSE response always writes one right after prepare())."""
-
-    _send_headers_immediately = False
+__all__ = [
+    "KEEPALIVE",
+    "SSE_HEADERS",
+    "OpenAIServing",
+    "SSEResponse",
+    "Tally",
+    "parse_priority",
+    "response_headers",
+]
 
 
 class OpenAIServing:
@@ -105,8 +61,18 @@ class OpenAIServing:
         if asked is not None:
             req.priority = parse_priority(asked)
         req.session_id = headers.get("x-session-id", "")[:128]
-        gen = self._service.submit(req, bearer_key(headers.get("Authorization")))
+        key = bearer_key(headers.get("Authorization"))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        if req.n > 1:
+            choices = Choices(self._service, req, key, kind)
+            try:
+                choices.arm(deadline, self.settings.first_token_timeout_s)
+                if req.stream:
+                    return await choices.stream(request)
+                return await choices.unary()
+            finally:
+                await choices.close()
+        gen = self._service.submit(req, key)
         gen.arm(deadline, self.settings.first_token_timeout_s)
         try:
             batch = await gen.take()
@@ -134,15 +100,8 @@ class OpenAIServing:
                     lps.extend(d.logprobs)
             batch = await gen.take()
         encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
-        body = encoder(
-            req.request_id,
-            req.served_model,
-            int(time.time()),
-            "".join(texts),
-            tally.reason,
-            tally.usage(),
-            fmt(lps) if fmt is not None else None,
-        )
+        choice = encode.Choice("".join(texts), tally.reason, fmt(lps) if fmt is not None else None)
+        body = encoder(req.request_id, req.served_model, int(time.time()), [choice], tally.usage())
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _stream(

@@ -15,6 +15,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from gateway.api.openai.encode import (
     DONE,
     ChunkEncoder,
+    Choice,
     encode_chat_completion,
     encode_completion,
     encode_model,
@@ -318,7 +319,7 @@ def test_sdk_raises_on_error_event() -> None:
 
 @pytest.mark.parametrize("text", ["", "Hello!", 'multi\nline "quoted" 👋'])
 def test_chat_completion(text: str) -> None:
-    raw = encode_chat_completion(RID, MODEL, CREATED, text, "stop", USAGE)
+    raw = encode_chat_completion(RID, MODEL, CREATED, [Choice(text, "stop")], USAGE)
     assert json.loads(raw) == {
         "id": f"chatcmpl-{RID}",
         "object": "chat.completion",
@@ -341,7 +342,7 @@ def test_chat_completion(text: str) -> None:
 
 @pytest.mark.parametrize("text", ["", "Hello!", 'multi\nline "quoted" 👋'])
 def test_completion(text: str) -> None:
-    raw = encode_completion(RID, MODEL, CREATED, text, "length", USAGE)
+    raw = encode_completion(RID, MODEL, CREATED, [Choice(text, "length")], USAGE)
     assert json.loads(raw) == {
         "id": f"cmpl-{RID}",
         "object": "text_completion",
@@ -357,12 +358,12 @@ def test_completion(text: str) -> None:
 
 def test_sdk_reads_non_streaming_bodies() -> None:
     client = _client(
-        encode_chat_completion(RID, MODEL, CREATED, "hi", "stop", USAGE), "application/json"
+        encode_chat_completion(RID, MODEL, CREATED, [Choice("hi", "stop")], USAGE), "application/json"
     )
     resp = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
     assert resp.choices[0].message.content == "hi"
     client = _client(
-        encode_completion(RID, MODEL, CREATED, "yo", "stop", USAGE), "application/json"
+        encode_completion(RID, MODEL, CREATED, [Choice("yo", "stop")], USAGE), "application/json"
     )
     assert client.completions.create(model=MODEL, prompt="x").choices[0].text == "yo"
 

@@ -75,7 +75,7 @@ COMMON_CASES: list[tuple[dict[str, Any], str]] = [
     ({"stream": False, "stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": True, "stream_options": 5}, "stream_options"),
     ({"stream": True, "stream_options": {"include_usage": "x"}}, "stream_options.include_usage"),
-    ({"n": 2}, "n"),
+    ({"n": 129}, "n"),
     ({"n": 0}, "n"),
     ({"n": "1"}, "n"),
     ({"ignore_eos": 1}, "ignore_eos"),
@@ -251,7 +251,7 @@ def test_body_not_an_object(decode: Callable[[bytes, str], GenerationRequest], b
     [
         ({"max_tokens": 0}, "Invalid value for 'max_tokens': must be an integer greater than 0"),
         ({"temperature": 3}, "Invalid value for 'temperature': must be a number between 0 and 2"),
-        ({"n": 3}, "only n=1 is supported"),
+        ({"n": 300}, "Invalid value for 'n': must be between 1 and 128"),
         ({"top_logprobs": 2}, "Invalid value for 'top_logprobs': needs logprobs set to true"),
         ({"echo": True}, "echo is not supported: chat completions do not echo"),
         ({"best_of": 3}, "only best_of=1 is supported"),
@@ -765,12 +765,16 @@ def test_sdk_completion_request_decodes() -> None:
     assert not req.stream
 
 
-def test_sdk_n_is_rejected() -> None:
+def test_sdk_n_is_decoded() -> None:
     body = _sdk_body(
         lambda c: c.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}], n=3
+            model="m", messages=[{"role": "user", "content": "x"}], n=3, seed=7
         )
     )
-    with pytest.raises(InvalidRequest) as info:
-        decode_chat(body, "rid")
-    assert info.value.param == "n"
+    req = decode_chat(body, "rid")
+    assert req.n == 3
+    children = [req.child(i) for i in range(3)]
+    # As vLLM's parallel sampling: ids of their own, the seed plus the index.
+    assert [c.request_id for c in children] == ["0_rid", "1_rid", "2_rid"]
+    assert [c.sampling.seed for c in children] == [7, 8, 9]
+    assert all(c.n == 1 and c.messages == req.messages for c in children)

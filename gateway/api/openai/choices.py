@@ -1,0 +1,173 @@
+"""n > 1: n engine requests that share the prompt, merged by choice index.
+
+As vLLM's parallel sampling does it: choice i is its own engine request, with the seed plus i
+when a seed is given; the usage counts the prompt once and every choice's tokens. Each choice
+is a job of its own (admitted, queued, placed, preempted and resumed alone), so capacity counts
+n slots; they share a session, so the router sends them to one replica, whose prefix cache then
+serves the prompt to all but the first. Refused as a whole: when any choice is refused (a rate
+limit, a full queue), the ones already admitted are dropped and the client gets that refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from gateway import tasks
+from gateway.api.openai import encode
+from gateway.api.openai.logprobs import formatter
+from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
+from gateway.runtime.job import Job
+from gateway.runtime.service import Service
+from gateway.types import Delta, GatewayError, GenerationRequest, Logprobs, Usage
+
+# One batch of a choice's deltas; an empty one: the choice is done. Or its error.
+_Item = tuple[int, list[Delta], GatewayError | None]
+
+
+class Choices:
+    def __init__(
+        self, service: Service, req: GenerationRequest, api_key: str | None, kind: str
+    ) -> None:
+        self.req = req
+        self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
+        self.jobs: list[Job] = []
+        children = [req.child(i) for i in range(req.n)]
+        session = req.session_id or f"choices:{req.request_id}"
+        try:
+            for child in children:
+                child.session_id = session
+                self.jobs.append(service.submit(child, api_key))
+        except GatewayError:
+            for job in self.jobs:
+                job.close()
+            raise
+        self._items: asyncio.Queue[_Item] = asyncio.Queue()
+        self._pumps: list[asyncio.Task[None]] = []
+        self.tallies = [Tally() for _ in children]
+
+    def arm(self, deadline: float, first_output_s: float) -> None:
+        for job in self.jobs:
+            job.arm(deadline, first_output_s)
+        loop = asyncio.get_running_loop()
+        self._pumps = [
+            loop.create_task(self._pump(i, job), name=f"choice-{i}-{self.req.request_id}")
+            for i, job in enumerate(self.jobs)
+        ]
+
+    async def close(self) -> None:
+        for job in self.jobs:
+            job.close()
+        await tasks.stop_all(self._pumps)
+
+    async def _pump(self, index: int, job: Job) -> None:
+        put = self._items.put_nowait
+        try:
+            while batch := await job.take():
+                put((index, batch, None))
+        except GatewayError as e:
+            put((index, [], e))
+            return
+        put((index, [], None))
+
+    async def _next(self) -> _Item:
+        """The next batch of any choice; raises the first choice error."""
+        index, batch, error = await self._items.get()
+        if error is not None:
+            raise error
+        return index, batch, None
+
+    def usage(self) -> Usage:
+        first = self.tallies[0]
+        completion = sum(t.usage().completion_tokens for t in self.tallies)
+        return Usage(first.prompt, completion, first.cached)
+
+    async def unary(self) -> web.Response:
+        req = self.req
+        n = len(self.jobs)
+        texts: list[list[str]] = [[req.prompt or ""] if req.echo else [] for _ in range(n)]
+        lps: list[list[Logprobs]] = [[] for _ in range(n)]
+        left = n
+        while left:
+            index, batch, _ = await self._next()
+            if not batch:
+                left -= 1
+                continue
+            for d in batch:
+                self.tallies[index].add(d)
+                texts[index].append(d.text)
+                if d.logprobs:
+                    lps[index].extend(d.logprobs)
+        choices = []
+        for i in range(n):
+            fmt = formatter(self.kind == "chat", req.sampling.logprobs)
+            logprobs = fmt(lps[i]) if fmt is not None else None
+            choices.append(encode.Choice("".join(texts[i]), self.tallies[i].reason, logprobs))
+        encoder = encode.encode_chat_completion if self.kind == "chat" else encode.encode_completion
+        body = encoder(req.request_id, req.served_model, int(time.time()), choices, self.usage())
+        headers = response_headers(self.jobs[0])
+        return web.Response(body=body, content_type="application/json", headers=headers)
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """The choices' chunks as they come. The response starts with its first write: a choice
+        refused before that (while queued) is the request's error response."""
+        req = self.req
+        resp = SSEResponse(headers={**SSE_HEADERS, **response_headers(self.jobs[0])})
+        created = int(time.time())
+        chat = self.kind == "chat"
+        encs = [
+            encode.ChunkEncoder(
+                req.request_id,
+                req.served_model,
+                created,
+                self.kind,
+                formatter(chat, req.sampling.logprobs),
+                index=i,
+            )
+            for i in range(len(self.jobs))
+        ]
+        buf = bytearray()
+        began = False
+        left = len(encs)
+        try:
+            while left:
+                index, batch, _ = await self._next()
+                tally = self.tallies[index]
+                if not batch:
+                    left -= 1
+                    encs[index].finish_chunk_into(buf, tally.reason)
+                for d in batch:
+                    if d.token_ids or d.text:
+                        if not began:
+                            began = True
+                            self._begin(buf, encs)
+                        encs[index].token_chunk_into(buf, d.text, d.logprobs)
+                    elif not d.finish and not d.prompt_tokens:
+                        buf += KEEPALIVE  # queued or preempted: keep the connection alive
+                    tally.add(d)
+                if buf:
+                    if not resp.prepared:
+                        await resp.prepare(request)
+                    await resp.write(bytes(buf))
+                    buf.clear()
+        except GatewayError as e:
+            if not resp.prepared:
+                raise  # nothing was said yet: an error response
+            buf += encode.ChunkEncoder.error_event(e.message, e.type, e.status)
+        if req.include_usage:
+            encs[0].usage_chunk_into(buf, self.usage())
+        buf += encode.DONE
+        if not resp.prepared:
+            await resp.prepare(request)
+        await resp.write_eof(bytes(buf))
+        return resp
+
+    def _begin(self, buf: bytearray, encs: list[encode.ChunkEncoder]) -> None:
+        """Each choice's first chunks, before any choice's tokens (as vLLM sends them)."""
+        for enc in encs:
+            buf += enc.role_chunk()
+        if self.req.echo:
+            for enc in encs:
+                enc.token_chunk_into(buf, self.req.prompt or "")
