@@ -4,6 +4,7 @@ real sim sidecars behind the EndpointSlices (one slice per sidecar: each has its
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ class World:
 
     async def put(self, i: int, **conditions: bool) -> None:
         """Slice `s{i}` lists sidecar i as pod-{i} (one slice per sidecar: each has its port)."""
-        await self.api.put(f"s{i}", self.sidecars[i].port, endpoint("127.0.0.1", f"pod-{i}", **conditions))
+        await self.api.put(
+            f"s{i}", self.sidecars[i].port, endpoint("127.0.0.1", f"pod-{i}", **conditions)
+        )
 
     async def chat(self, max_tokens: int = 8) -> dict[str, Any]:
         body = {
@@ -65,7 +68,9 @@ class World:
         text = self.gateway.metrics.render()[0].decode()
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
                     return float(sample.value)
         return None
 
@@ -79,10 +84,11 @@ async def world(tmp_path: Path) -> AsyncIterator[Factory]:
     with the given `kubernetes:` settings (short deadlines; no periodic re-list unless asked)."""
     made: list[World] = []
 
+    token = tmp_path / "token"
+
     async def make(**settings: object) -> World:
         api = FakeKubeApi(NS, SERVICE, token=TOKEN)
         await api.start()
-        token = tmp_path / "token"
         token.write_text(TOKEN + "\n")
         sidecars = []
         for i in range(3):
@@ -101,11 +107,9 @@ async def world(tmp_path: Path) -> AsyncIterator[Factory]:
             "retry_max_s": 0.2,
             **settings,
         }
-        opts = ", ".join(f"{k}: {v!r}" if isinstance(v, str) else f"{k}: {v}" for k, v in k8s.items())
-        yaml = (
-            "gateway: {default_max_tokens: 8, drain_timeout_s: 20}\n"
-            f"discovery: {{mode: kubernetes, kubernetes: {{{opts}}}}}\n"
-        )
+        discovery = {"mode": "kubernetes", "kubernetes": k8s}
+        yaml = "gateway: {default_max_tokens: 8, drain_timeout_s: 20}\n"
+        yaml += f"discovery: {json.dumps(discovery)}\n"  # JSON is YAML
         gateway = Gateway(parse(yaml), http_port=0, grpc_port=0)
         await gateway.start()
         w = World(api, sidecars, gateway)
@@ -210,3 +214,14 @@ async def test_api_server_down_keeps_the_set_marked_stale(world: Factory) -> Non
     await w.api.start()  # back, on the same port
     await until_async(lambda: w.metric("shardgate_discovery_stale") == 0, what="in sync again")
     assert w.connected() == {"pod-0", "pod-1"}
+
+
+async def test_a_rotated_token_is_read_again(world: Factory, tmp_path: Path) -> None:
+    w = await world(resync_s=0.5)
+    await w.put(0)
+    await until_async(lambda: w.connected() == {"pod-0"}, what="pod-0 connected")
+    (tmp_path / "token").write_text("r0tated\n")  # the kubelet rotates the projected token
+    w.api.token = "r0tated"
+    lists = w.api.lists
+    await until_async(lambda: w.api.lists >= lists + 2, what="lists with the new token")
+    assert w.api.unauthorized == 0 and not w.discovery.stale

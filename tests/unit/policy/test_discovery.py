@@ -8,7 +8,7 @@ R, D = MemberState.ROUTABLE, MemberState.DRAINING
 
 
 def _set(spec: str) -> dict[str, Member]:
-    """"a@1 b@2~": a at 1 routable, b at 2 draining."""
+    """ "a@1 b@2~": a at 1 routable, b at 2 draining."""
     out = {}
     for item in spec.split():
         state = D if item.endswith("~") else R
