@@ -47,13 +47,19 @@ def test_conditions(conditions: dict[str, bool], state: MemberState) -> None:
 
 
 def test_merged_across_slices_and_a_duplicate_counts_once_routable_if_any() -> None:
-    s1 = _slice("s1", _ep("10.0.0.1", "pod-a"), _ep("10.0.0.2", "pod-b", ready=False))
-    s2 = _slice("s2", _ep("10.0.0.2", "pod-b"), _ep("10.0.0.3", "pod-c"), port=50071)
+    # pod-b and pod-c are each in both slices (moving between them), ready in one only.
+    a, b, c = (
+        _ep("10.0.0.1", "pod-a"),
+        _ep("10.0.0.2", "pod-b", ready=False),
+        _ep("10.0.0.3", "pod-c"),
+    )
+    s1 = _slice("s1", a, b, c)
+    s2 = _slice("s2", _ep("10.0.0.2", "pod-b"), _ep("10.0.0.3", "pod-c", ready=False), port=50071)
     got = members_of([s2, s1], "grpc", "IPv4")
     assert got == {
         "pod-a": Member("pod-a", "10.0.0.1:50061", R),
         "pod-b": Member("pod-b", "10.0.0.2:50071", R),
-        "pod-c": Member("pod-c", "10.0.0.3:50071", R),
+        "pod-c": Member("pod-c", "10.0.0.3:50061", R),
     }
 
 
