@@ -23,6 +23,7 @@ from gateway.config.schema import Config, SidecarEndpoint
 from gateway.discovery.dns import DnsSource, Resolver, getaddrinfo
 from gateway.discovery.kubernetes import KubernetesSource
 from gateway.discovery.runner import Discovery, Source
+from gateway.discovery.srv import srv_resolver
 from gateway.observability.discovery import DiscoveryCollector
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
@@ -46,9 +47,12 @@ def validate_static(config: Config) -> None:
     Router(config.routing, None)
 
 
-def discovery_source(d: DiscoverySettings, resolver: Resolver = getaddrinfo) -> Source | None:
-    """What finds the sidecars at run time (None: the config's list)."""
+def discovery_source(d: DiscoverySettings, resolver: Resolver | None = None) -> Source | None:
+    """What finds the sidecars at run time (None: the config's list). `resolver`: DNS
+    discovery's (default: getaddrinfo, or the system's DNS servers for SRV names)."""
     if d.mode == "dns" and d.dns is not None:
+        if resolver is None:
+            resolver = srv_resolver() if d.dns.srv else getaddrinfo
         return DnsSource(d.dns, resolver)
     if d.mode == "kubernetes" and d.kubernetes is not None:
         return KubernetesSource(d.kubernetes)
@@ -105,7 +109,7 @@ class Gateway:
         config_path: str | Path | None = None,
         worker_of: int = 1,
         seat: Seat | None = None,
-        resolver: Resolver = getaddrinfo,
+        resolver: Resolver | None = None,
     ) -> None:
         """`worker_of` > 1: one of that many workers sharing the ports (gateway/workers.py);
         the config given is already this worker's share. `seat`: where it finds its siblings

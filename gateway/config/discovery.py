@@ -17,12 +17,19 @@ class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 
 
 class DnsDiscovery(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    # A headless Service's name (one A/AAAA record per ready pod), and the sidecars' port.
+    # A headless Service's name (one A/AAAA record per ready pod), and the sidecars' port;
+    # with `srv`, an SRV name (`_grpc._tcp.<service>.<namespace>.svc.cluster.local`) whose
+    # records give each sidecar's host and port (needs dnspython: the `dns` extra).
     name: Annotated[str, msgspec.Meta(min_length=1)]
-    port: Port
+    port: Port | None = None
+    srv: bool = False
     interval_s: Seconds = 5.0
     # One resolution must answer within this long, else it counts as a failed one.
     timeout_s: Seconds = 2.0
+
+    def __post_init__(self) -> None:
+        if self.port is None and not self.srv:
+            raise ValueError("discovery.dns: `port` is needed (or `srv: true`)")
 
 
 class KubernetesDiscovery(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -14,7 +14,7 @@ from gateway.config.discovery import DnsDiscovery
 from gateway.discovery.runner import ErrorKind, Sink
 from gateway.policy.discovery import Member
 
-# (name, port) -> [(host, port)]
+# (name, port) -> [(host, port)]; the port is 0 for an SRV name (its records give the ports).
 Resolver = Callable[[str, int], Awaitable[list[tuple[str, int]]]]
 
 
@@ -37,7 +37,7 @@ class DnsSource:
         while True:
             try:
                 async with asyncio.timeout(s.timeout_s):
-                    found = await self.resolve(s.name, s.port)
+                    found = await self.resolve(s.name, s.port or 0)
             except TimeoutError:
                 sink.failed(ErrorKind.RESOLVE, f"{s.name}: no answer within {s.timeout_s} s")
             except (OSError, ValueError) as e:  # socket.gaierror is an OSError

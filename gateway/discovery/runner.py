@@ -81,6 +81,9 @@ class Discovery:
 
     def failed(self, kind: ErrorKind, detail: str) -> None:
         self.errors[kind] += 1
+        if kind is ErrorKind.EXPIRED:  # routine (the API server compacted): listed again at once
+            log.info("discovery: %s", detail)
+            return
         log.warning(
             "discovery %s error: %s; keeping the last %d sidecars (stale)",
             kind.value,

@@ -5,7 +5,13 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
+import dns.message
+import dns.rcode
+import dns.rdata
+import dns.rdataclass
+import dns.rdatatype
 import pytest
 
 from engine_sidecar.backends.sim import SimConfig
@@ -15,6 +21,7 @@ from gateway.app import Gateway
 from gateway.config.loader import parse
 from gateway.discovery.dns import getaddrinfo
 from gateway.discovery.runner import ErrorKind
+from gateway.discovery.srv import srv_resolver
 from tests.integration.poll import until_async
 
 SIM = SimConfig(model="sim-llama", profile="fast")
@@ -69,7 +76,7 @@ async def test_dns_discovery_follows_the_answers_and_keeps_the_set_on_failures(
         fleet = gw.fleet
 
         def routable() -> set[str]:
-            return {n for n, link in fleet.by_name.items() if link.routable}
+            return {r.head for r in fleet.assembly.pool("sim-llama") if r.routable}
 
         await until_async(lambda: routable() == {a}, what="the first answer connected")
         assert resolver.asked[0] == (NAME, 50061)
@@ -115,3 +122,62 @@ async def test_the_default_resolver_is_the_loops_getaddrinfo() -> None:
     assert await getaddrinfo("127.0.0.1", 50061) == [("127.0.0.1", 50061)]
     with pytest.raises(socket.gaierror):
         await getaddrinfo("no-such-host.invalid", 1)
+
+
+class SrvServer(asyncio.DatagramProtocol):
+    """A DNS server on 127.0.0.1 (UDP) answering SRV queries from `records` (target, port);
+    NXDOMAIN while `records` is None."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, int]] | None = []
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        query = dns.message.from_wire(data)
+        reply = dns.message.make_response(query)
+        (question,) = query.question
+        if self.records is None:
+            reply.set_rcode(dns.rcode.NXDOMAIN)
+        else:
+            rrset = reply.find_rrset(
+                reply.answer, question.name, dns.rdataclass.IN, dns.rdatatype.SRV, create=True
+            )
+            rrset.update_ttl(5)
+            for target, port in self.records:
+                rrset.add(
+                    dns.rdata.from_text(
+                        dns.rdataclass.IN, dns.rdatatype.SRV, f"0 10 {port} {target}."
+                    )
+                )
+        assert self.transport is not None
+        self.transport.sendto(reply.to_wire(), addr)
+
+
+async def test_srv_names_give_each_sidecar_its_host_and_port(sidecars: list[Sidecar]) -> None:
+    loop = asyncio.get_running_loop()
+    server = SrvServer()
+    transport, _ = await loop.create_datagram_endpoint(lambda: server, local_addr=("127.0.0.1", 0))
+    try:
+        resolve = srv_resolver(transport.get_extra_info("sockname"))
+        srv = "_grpc._tcp.shardgate-sidecar.shard.svc.cluster.local"
+        server.records = [("localhost", s.port) for s in sidecars]
+        assert await resolve(srv, 0) == sorted(("localhost", s.port) for s in sidecars)
+        server.records = None
+        with pytest.raises(OSError, match="does not exist"):
+            await resolve(srv, 0)
+
+        server.records = [("127.0.0.1", sidecars[0].port)]
+        text = f"discovery: {{mode: dns, dns: {{name: {srv}, srv: true, interval_s: 0.05}}}}\n"
+        gw = Gateway(parse(text), http_port=0, grpc_port=0, resolver=resolve)
+        await gw.start()
+        try:
+            want = {f"127.0.0.1:{sidecars[0].port}"}
+            await until_async(lambda: set(gw.fleet.by_name) == want, what="the SRV target")
+            await until_async(lambda: all(lk.routable for lk in gw.fleet.links), what="up")
+        finally:
+            await gw.stop(1.0)
+    finally:
+        transport.close()

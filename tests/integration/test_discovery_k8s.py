@@ -42,7 +42,8 @@ class World:
         return set(self.gateway.fleet.by_name)
 
     def connected(self) -> set[str]:
-        return {n for n, link in self.gateway.fleet.by_name.items() if link.routable}
+        """The sidecars whose replicas are routable: connected and found healthy by the fleet."""
+        return {r.head for r in self.gateway.fleet.assembly.pool("sim-llama") if r.routable}
 
     async def put(self, i: int, **conditions: bool) -> None:
         """Slice `s{i}` lists sidecar i as pod-{i} (one slice per sidecar: each has its port)."""
@@ -149,7 +150,9 @@ async def test_a_terminating_endpoint_drains_its_stream_then_is_removed(world: F
     await until_async(lambda: link.inflight == 1, what="the long stream on pod-0")
     await w.put(1)
     await w.put(0, ready=False, serving=True, terminating=True)
-    await until_async(lambda: w.routed() == {"pod-1"}, what="pod-0 no longer routed")
+    await until_async(
+        lambda: w.routed() == w.connected() == {"pod-1"}, what="pod-0 no longer routed, pod-1 up"
+    )
     assert link in w.gateway.fleet.draining and link.inflight == 1  # still finishing its stream
     assert w.metric("shardgate_discovery_sidecars", state="draining") == 1
     await w.chat()  # new requests go to pod-1

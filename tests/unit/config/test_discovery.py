@@ -18,13 +18,18 @@ def test_kubernetes_defaults() -> None:
     assert (k.port_name, k.resync_s, k.address_type) == ("grpc", 60.0, "IPv4")
 
 
+def test_an_srv_name_needs_no_port() -> None:
+    c = parse("discovery: {mode: dns, dns: {name: _grpc._tcp.s.ns.svc, srv: true}}\n")
+    assert c.discovery.dns is not None and c.discovery.dns.port is None
+
+
 @pytest.mark.parametrize(
     ("text", "error"),
     [
         ("discovery: {mode: dns}\n", "mode dns needs a `dns:` section"),
         ("discovery: {mode: kubernetes}\n", "mode kubernetes needs a `kubernetes:` section"),
         ("discovery: {mode: consul}\n", "discovery.mode"),
-        ("discovery: {mode: dns, dns: {name: x}}\n", "port"),
+        ("discovery: {mode: dns, dns: {name: x}}\n", r"`port` is needed \(or `srv: true`\)"),
         ("discovery: {mode: dns, dns: {name: x, port: 0}}\n", "discovery.dns.port"),
         (
             "discovery: {mode: kubernetes, kubernetes: {service: s, resync: 5}}\n",
