@@ -46,6 +46,8 @@ class FakeKubeApi:
         self.drop_deletes = False
         self.lists = 0
         self.watches = 0
+        self.watched_from: list[str] = []  # the resourceVersion each watch asked for
+        self.listed_at: list[str] = []  # the resourceVersion each list answered
         self.unauthorized = 0
         self.open_watches = 0
         self.port = 0
@@ -124,6 +126,7 @@ class FakeKubeApi:
         if request.query.get("watch") in ("1", "true"):
             return await self._watch(request)
         self.lists += 1
+        self.listed_at.append(str(self.rv))
         items = sorted(self.slices.values(), key=lambda s: str(s["metadata"]["name"]))
         return web.json_response(
             {
@@ -136,6 +139,7 @@ class FakeKubeApi:
 
     async def _watch(self, request: web.Request) -> web.StreamResponse:
         self.watches += 1
+        self.watched_from.append(request.query.get("resourceVersion", ""))
         since = int(request.query.get("resourceVersion") or self.rv)
         timeout_s = float(request.query.get("timeoutSeconds", "1800"))
         if since < self.oldest and self.gone_as_http:

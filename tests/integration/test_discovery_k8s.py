@@ -134,6 +134,7 @@ async def test_listed_then_watched_sidecars_are_connected_and_serve(world: Facto
     await w.api.put("s2", w.sidecars[2].port, endpoint("127.0.0.1", "pod-2", ready=False))
     await until_async(lambda: w.connected() == {"pod-0", "pod-1"}, what="pod-1 by the watch")
     assert w.api.lists == 1 and w.api.unauthorized == 0
+    assert w.api.watched_from[0] == w.api.listed_at[0]  # watched from the list's version
     assert w.metric("shardgate_discovery_sidecars", state="routable") == 2
     assert w.metric("shardgate_discovery_sidecars", state="draining") == 0  # pod-2 never ready
     assert w.metric("shardgate_discovery_stale") == 0
