@@ -10,7 +10,6 @@ Every view goes to the sink merged across slices (`slices.members_of`).
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 from collections.abc import Callable
 
@@ -22,7 +21,7 @@ from gateway.discovery.k8s_api import ApiError, Gone, KubeApi
 from gateway.discovery.runner import ErrorKind, Sink
 from gateway.discovery.slices import EndpointSlice, members_of
 
-log = logging.getLogger(__name__)
+_SHORT_WATCH_S = 0.5  # a watch that ends sooner with no event counts as failed (then a backoff)
 
 
 class SilentWatch(Exception):
@@ -34,7 +33,8 @@ class KubernetesSource:
         self.settings = settings
         self.api = api if api is not None else KubeApi(settings)
         self.slices: dict[str, EndpointSlice] = {}
-        self.lists = 0  # full lists made (for tests and logs)
+        self.lists = 0  # full lists made
+        self.events = 0  # watch events received
 
     def _publish(self, sink: Sink) -> None:
         s = self.settings
@@ -80,21 +80,29 @@ class KubernetesSource:
         due = loop.time() + s.resync_s
         while (left := due - loop.time()) > 0:
             seconds = max(1, min(s.watch_timeout_s, math.ceil(left)))
+            started, events = loop.time(), self.events
             try:
                 async with asyncio.timeout(seconds + s.request_timeout_s):
                     rv = await self.api.watch(rv, seconds, self._on_event(sink))
             except TimeoutError as e:
-                raise SilentWatch(f"a watch sent nothing for {seconds} s and did not end") from e
+                raise SilentWatch(
+                    f"a watch asked to end after {seconds} s was still open "
+                    f"{s.request_timeout_s:g} s later"
+                ) from e
             except (aiohttp.ClientError, OSError) as e:
                 raise _Failed(ErrorKind.WATCH, _describe(e)) from e
             except ApiError as e:
                 if isinstance(e, Gone):
                     raise
                 raise _Failed(ErrorKind.WATCH, _describe(e)) from e
+            if self.events == events and loop.time() - started < _SHORT_WATCH_S:
+                # Ended at once with nothing (a proxy cutting it?): not a loop of watches.
+                raise _Failed(ErrorKind.WATCH, "a watch ended at once with no event")
             self._publish(sink)  # the watch ended in order: the view is current
 
     def _on_event(self, sink: Sink) -> Callable[[str, EndpointSlice | None, str], None]:
         def handle(kind: str, obj: EndpointSlice | None, rv: str) -> None:
+            self.events += 1
             if obj is None:
                 return  # a bookmark: only the version moved
             if kind == "DELETED":

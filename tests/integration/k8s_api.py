@@ -6,8 +6,8 @@ GET /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector=... l
 JSON events {type, object} after the given resourceVersion until timeoutSeconds, as the API
 server does. Misbehaviours: `expire()` (a watch from an older version gets 410: an ERROR event
 with a Status of code 410, or HTTP 410 with `gone_as_http`), `silent` (watches accept and send
-nothing, ever), `drop_deletes` (a slice deleted with no DELETED event), `stop()` (the server
-down: connections refused) and `start()` again on the same port.
+nothing, ever), `cut` (watches end at once), `drop_deletes` (a slice deleted with no DELETED
+event), `stop()` (the server down: connections refused) and `start()` again on the same port.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class FakeKubeApi:
         self.oldest = 0  # versions below this are compacted: 410
         self.gone_as_http = False
         self.silent = False
+        self.cut = False  # watches end at once, with no event
         self.drop_deletes = False
         self.lists = 0
         self.watches = 0
@@ -150,6 +151,8 @@ class FakeKubeApi:
         try:
             if self.silent:
                 await asyncio.Event().wait()  # accepts, then never a byte and never an end
+            if self.cut:
+                return resp
             if since < self.oldest:
                 await _send(resp, "ERROR", _status(410, "Expired", "too old resource version"))
                 return resp

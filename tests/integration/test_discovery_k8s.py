@@ -191,6 +191,17 @@ async def test_a_silent_watch_is_noticed_and_the_slices_listed_again(world: Fact
     assert w.discovery.errors[ErrorKind.SILENT] >= 1
 
 
+async def test_watches_that_end_at_once_count_as_failures_not_a_loop(world: Factory) -> None:
+    w = await world()
+    w.api.cut = True
+    await w.put(0)
+    await until_async(lambda: w.connected() == {"pod-0"}, what="pod-0 from the list")
+    errors = w.discovery.errors
+    await until_async(lambda: errors[ErrorKind.WATCH] >= 3, what="cut watches counted")
+    assert w.discovery.stale and w.connected() == {"pod-0"}
+    assert w.api.watches <= errors[ErrorKind.WATCH] + 1  # each one failed, then a backoff
+
+
 async def test_a_dropped_delete_is_repaired_by_the_periodic_list(world: Factory) -> None:
     w = await world(resync_s=1.5)
     await w.put(0)
