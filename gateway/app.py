@@ -17,8 +17,14 @@ from shardgate.v1 import gateway_pb2_grpc
 from gateway.api import grpc_api
 from gateway.api.http import HttpApi
 from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
+from gateway.config.discovery import DiscoverySettings
 from gateway.config.reload import Reloader
-from gateway.config.schema import Config, EdgeTls
+from gateway.config.schema import Config, EdgeTls, SidecarEndpoint
+from gateway.discovery.dns import DnsSource, Resolver, getaddrinfo
+from gateway.discovery.kubernetes import KubernetesSource
+from gateway.discovery.runner import Discovery, Source
+from gateway.discovery.srv import srv_resolver
+from gateway.observability.discovery import DiscoveryCollector
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.observability.siblings import Siblings
@@ -51,6 +57,18 @@ def check_link_tls(config: Config) -> None:
     """The link's certificate files load (ValueError naming `gateway.link.tls` if not)."""
     if config.gateway.link.tls is not None:
         credentials.files(config.gateway.link.tls)
+
+
+def discovery_source(d: DiscoverySettings, resolver: Resolver | None = None) -> Source | None:
+    """What finds the sidecars at run time (None: the config's list). `resolver`: DNS
+    discovery's (default: getaddrinfo, or the system's DNS servers for SRV names)."""
+    if d.mode == "dns" and d.dns is not None:
+        if resolver is None:
+            resolver = srv_resolver() if d.dns.srv else getaddrinfo
+        return DnsSource(d.dns, resolver)
+    if d.mode == "kubernetes" and d.kubernetes is not None:
+        return KubernetesSource(d.kubernetes)
+    return None
 
 
 def config_hash(config: Config) -> str:
@@ -103,10 +121,11 @@ class Gateway:
         config_path: str | Path | None = None,
         worker_of: int = 1,
         seat: Seat | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         """`worker_of` > 1: one of that many workers sharing the ports (gateway/workers.py);
         the config given is already this worker's share. `seat`: where it finds its siblings
-        (for /metrics and reloads of all)."""
+        (for /metrics and reloads of all). `resolver`: DNS discovery's."""
         s = config.gateway
         self.worker_of = worker_of
         self.config = config
@@ -122,6 +141,11 @@ class Gateway:
         self.reporter = RequestReporter(self.metrics, s.request_log)
         self.events = EventQueue()
         self.fleet = Fleet(config.sidecars, s.link, config.health, self.events)
+        self.discovery: Discovery | None = None
+        source = discovery_source(config.discovery, resolver)
+        if source is not None:
+            self.discovery = Discovery(source, self._discovered)
+            self.metrics.registry.register(DiscoveryCollector(self.discovery))
         self.supervisor = Supervisor(self.fleet, config.routing, config.retry, config.health)
         self.supervisor.on_ejected = self.metrics.ejected
         self.fleet.on_stalled = self.supervisor.stalled
@@ -187,6 +211,17 @@ class Gateway:
         for name in ("http", "grpc", "max_body_bytes", *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
                 raise ValueError(f"gateway.{name} changes only with a restart")
+        if new.discovery != self.config.discovery:
+            raise ValueError("discovery changes only with a restart")
+
+    def _sidecars(self, config: Config) -> list[SidecarEndpoint]:
+        """The sidecar set: the config's, or the discovered one."""
+        return config.sidecars if self.discovery is None else self.discovery.endpoints()
+
+    def _discovered(self, endpoints: list[SidecarEndpoint]) -> None:
+        """Discovery changed the set: the fleet takes it as it takes a reload's."""
+        c = self.config
+        self.fleet.update(endpoints, c.gateway.link, c.health, c.gateway.drain_timeout_s)
 
     def apply(self, new: Config, version: int, digest: str) -> None:
         """Swap in a validated config, as read from the file: a worker applies its share.
@@ -204,7 +239,7 @@ class Gateway:
         self.service.fallbacks = dict(new.fallbacks)
         self.scheduler.reconfigure(new.scheduling, new.model_capacity)
         self.scheduler.keepalive_s = s.keepalive_s
-        self.fleet.update(new.sidecars, s.link, new.health, s.drain_timeout_s)
+        self.fleet.update(self._sidecars(new), s.link, new.health, s.drain_timeout_s)
         self.http_api.settings = self.http_api.serving.settings = s
         self.http_api.tokenizing.settings = s
         self.grpc_servicer.settings = s
@@ -221,6 +256,8 @@ class Gateway:
     async def start(self) -> None:
         s = self.config.gateway
         self.fleet.start()
+        if self.discovery is not None:
+            self.discovery.start()
         self.scheduler.start()
         if self.siblings is not None:
             await self.siblings.start()
@@ -291,6 +328,8 @@ class Gateway:
         self.draining = True
         if self.reloader is not None:
             await self.reloader.close()
+        if self.discovery is not None:
+            await self.discovery.close()  # the set stays as it is while in-flight ones finish
         await self._health.enter_graceful_shutdown()
         stops = []
         if self._grpc is not None:

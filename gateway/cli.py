@@ -43,7 +43,11 @@ async def _gateway(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    gw = Gateway(share(config, worker_of), http_port, grpc_port, path, worker_of, seat)
+    try:
+        gw = Gateway(share(config, worker_of), http_port, grpc_port, path, worker_of, seat)
+    except ValueError as e:  # what only building shows (Kubernetes discovery outside a cluster)
+        print(f"shardgate: {e}", file=sys.stderr)
+        return 2
     if gw.reloader is not None:
         loop.add_signal_handler(signal.SIGHUP, gw.reloader.reload, "SIGHUP")
     await gw.start()

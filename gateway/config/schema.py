@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gateway.config.discovery import DiscoverySettings
 from gateway.config.pricing import Pricing
 from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
 from gateway.config.tenants import RateLimits, SchedulingConfig, TenantConfig, check_tenancy
@@ -114,6 +115,8 @@ class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     gateway: GatewaySettings = GatewaySettings()
     sidecars: list[SidecarEndpoint] = []
+    # How the sidecars are found: `static` (the list above), `dns` or `kubernetes`.
+    discovery: DiscoverySettings = DiscoverySettings()
     # Tenants by API key; with none, everyone is the unlimited anonymous tenant.
     tenants: list[TenantConfig] = []
     # The tenant of requests without a key (absent: such requests get 401 when tenants exist).
@@ -141,6 +144,8 @@ class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"duplicate sidecar names: {sorted(dup)}")
+        if self.discovery.mode != "static" and self.sidecars:
+            raise ValueError(f"sidecars: listed, but discovery mode is {self.discovery.mode}")
         check_tenancy(self.tenants, self.anonymous)
         self._check_models()
 

@@ -10,6 +10,8 @@ timestamps the earliest). A gauge is combined by what it means:
   ejected, then up), since each worker has its own link to every replica;
 - `shardgate_link_heartbeat_age_seconds`: the oldest;
 - `shardgate_tenant_budget_usd` (config, the same in every worker): the highest;
+- `shardgate_discovery_*` gauges (each worker discovers the same set): the highest (the
+  largest set, stale if any is, the oldest view);
 - any other gauge: summed.
 """
 
@@ -51,6 +53,9 @@ GAUGES: dict[str, Combine] = {
     "shardgate_replica_state": _worst_state,
     HEARTBEAT_AGE: max,
     "shardgate_tenant_budget_usd": max,
+    "shardgate_discovery_sidecars": max,
+    "shardgate_discovery_stale": max,
+    "shardgate_discovery_sync_age_seconds": max,
 }
 
 

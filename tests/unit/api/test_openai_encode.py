@@ -14,8 +14,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from gateway.api.openai.encode import (
     DONE,
-    ChunkEncoder,
     Choice,
+    ChunkEncoder,
     encode_chat_completion,
     encode_completion,
     encode_model,
@@ -358,7 +358,8 @@ def test_completion(text: str) -> None:
 
 def test_sdk_reads_non_streaming_bodies() -> None:
     client = _client(
-        encode_chat_completion(RID, MODEL, CREATED, [Choice("hi", "stop")], USAGE), "application/json"
+        encode_chat_completion(RID, MODEL, CREATED, [Choice("hi", "stop")], USAGE),
+        "application/json",
     )
     resp = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
     assert resp.choices[0].message.content == "hi"

@@ -14,16 +14,24 @@ from engine_sidecar.config import SidecarConfig
 from engine_sidecar.metrics import SidecarMetrics
 from gateway.config import loader
 from gateway.config.pricing import ModelPrice, Pricing, TenantBudget
+from gateway.discovery.runner import Discovery, Sink
 from gateway.observability import (
     GatewayMetrics,
     Outcome,
     RejectReason,
     ReplicaState,
 )
+from gateway.observability.discovery import DiscoveryCollector
+from gateway.policy.discovery import Member
 from tests.unit.observability._scrape import names
 from tests.unit.observability.promql import metric_names
 
 DEPLOY = Path(__file__).parents[3] / "deploy"
+
+
+class _NoSource:
+    async def run(self, sink: Sink) -> None:
+        raise AssertionError("never started")
 
 
 def exported() -> set[str]:
@@ -46,6 +54,9 @@ def exported() -> set[str]:
     g.set_config(1, "ab")
     g.reload_failed()
     g.register_heartbeat_age(lambda: {"r": 0.1})
+    discovery = Discovery(_NoSource(), lambda endpoints: None)
+    discovery.synced({"p": Member("p", "10.0.0.1:50061")})
+    g.registry.register(DiscoveryCollector(discovery))
     s = SidecarMetrics(
         lambda: LoadSnapshot(running=1, waiting=1, kv_usage=0.5, max_num_seqs=4, ready=True),
         "m",
@@ -128,10 +139,31 @@ def test_gateway_manifest_probes_and_config() -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     config = loader.parse(docs["ConfigMap"]["data"]["gateway.yaml"])
-    assert [s.name for s in config.sidecars] == ["sidecar-0", "sidecar-1"]
     assert (
         docs["Service"]["spec"]["selector"] == docs["Deployment"]["spec"]["selector"]["matchLabels"]
     )
+    # Sidecars discovered from the sidecars' headless Service, at a port it names.
+    k8s = config.discovery.kubernetes
+    assert config.discovery.mode == "kubernetes" and k8s is not None and not config.sidecars
+    sidecar = _k8s("sidecar.yaml")["Service"]
+    assert k8s.service == sidecar["metadata"]["name"] and sidecar["spec"]["clusterIP"] == "None"
+    assert k8s.port_name in {p["name"] for p in sidecar["spec"]["ports"]}
+    # Its service account may get, list and watch EndpointSlices, and nothing else.
+    account = docs["ServiceAccount"]["metadata"]["name"]
+    assert docs["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"] == account
+    (rule,) = docs["Role"]["rules"]
+    assert rule == {
+        "apiGroups": ["discovery.k8s.io"],
+        "resources": ["endpointslices"],
+        "verbs": ["get", "list", "watch"],
+    }
+    binding = docs["RoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": docs["Role"]["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
 
 
 def test_sidecar_manifest_probes_and_config() -> None:

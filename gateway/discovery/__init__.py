@@ -1,0 +1,1 @@
+"""Finding sidecars at run time: DNS, Kubernetes EndpointSlices (discovery.runner owns them)."""
