@@ -81,6 +81,7 @@ class EngineDelta:
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str = ""
     error_field: str = ""
+    stop_sequence: str = ""  # on the last delta: the stop string that ended it, if one did
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ def encode(batch: Batch) -> bytes:
             d.error_code,
             d.error_message,
             d.error_field,
+            d.stop_sequence,
         )
         for key, d in batch.items
     ]

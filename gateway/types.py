@@ -111,6 +111,8 @@ class Delta:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    # On the last delta of a generation a stop string ended: that string.
+    stop_sequence: str = ""
 
 
 def keepalive() -> Delta:

@@ -253,6 +253,7 @@ class EngineLink:
                             d.prompt_tokens,
                             d.cached_tokens,
                             d.completion_tokens,
+                            d.stop_sequence,
                         )
                     )
                 return

@@ -12,25 +12,27 @@ from collections.abc import Sequence
 
 
 class StopStrings:
-    __slots__ = ("_keep", "_stops", "_tail")
+    __slots__ = ("_keep", "_stops", "_tail", "matched")
 
     def __init__(self, stops: Sequence[str], text_so_far: str = "") -> None:
         self._stops = tuple(s for s in stops if s)
         self._keep = max((len(s) for s in self._stops), default=1) - 1
         self._tail = text_so_far[-self._keep :] if self._keep else ""
+        self.matched = ""  # the stop string that ended the request, once one did
 
     def feed(self, text: str) -> tuple[str, bool]:
         """The text to emit now, and whether a stop string ended the request."""
         if not self._stops:
             return text, False
         window = self._tail + text
-        start, end = -1, len(window) + 1
+        start, end, matched = -1, len(window) + 1, ""
         for stop in self._stops:
             i = window.find(stop)
             if i != -1 and i + len(stop) < end:  # the one that completes first
-                start, end = i, i + len(stop)
+                start, end, matched = i, i + len(stop), stop
         if start != -1:
             self._tail = ""
+            self.matched = matched
             return window[:start], True
         cut = max(len(window) - self._keep, 0)
         self._tail = window[cut:]

@@ -22,8 +22,12 @@ def to_delta(usage: Usage, out: Any, text: OwnText | None = None) -> EngineDelta
     c = out.outputs[0]
     finish = FINISH.get(c.finish_reason, Finish.STOP) if out.finished else Finish.NONE
     ids, piece = list(c.token_ids), c.text
+    # vLLM's stop_reason: the stop string (or stop token id) that ended it.
+    stop = c.stop_reason if out.finished and isinstance(c.stop_reason, str) else ""
     if text is not None:
         ids, piece, stopped = text.add(ids, bool(out.finished))
         if stopped:
-            finish = Finish.STOP
-    return usage.delta(ids, piece, finish, cached_tokens=out.num_cached_tokens or 0)
+            finish, stop = Finish.STOP, text.matched
+    d = usage.delta(ids, piece, finish, cached_tokens=out.num_cached_tokens or 0)
+    d.stop_sequence = stop if finish is Finish.STOP else ""
+    return d

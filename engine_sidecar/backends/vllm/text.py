@@ -33,6 +33,11 @@ class OwnText:
         self._stops = StopStrings(stops, so_far)
         self._detok = detokenizer or IncrementalDetokenizer(tokenizer, [*prompt_ids, *resume_ids])
 
+    @property
+    def matched(self) -> str:
+        """The stop string that ended the request, once one did."""
+        return self._stops.matched
+
     def add(self, token_ids: Sequence[int], finished: bool) -> tuple[list[int], str, bool]:
         """The tokens to report, their text, and whether a stop string ended the request
         (tokens after the one that completed it are dropped, as vLLM does)."""
