@@ -5,6 +5,7 @@ sim sidecars: messages.create, messages.stream, count_tokens, stop sequences, ke
 from __future__ import annotations
 
 import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 from engine_sidecar.backends.sim import SimConfig
 from engine_sidecar.backends.sim.config import SimFaults
 from tests.integration.cluster import Cluster, cut
+from tests.integration.test_tenants import samples, total
 
 GATEWAY_YAML = """
 gateway: {default_max_tokens: 16}
@@ -293,3 +295,76 @@ def test_a_stream_migrates_with_identical_text() -> None:
         assert c.gateway is not None and c.gateway.supervisor.migrations >= 1
     finally:
         c.stop()
+
+
+SCHEDULING_YAML = """
+gateway: {default_max_tokens: 16}
+model_capacity: {sim-llama: 1}
+tenants:
+  - {name: hi, keys: [sk-hi], default_priority: 10}
+  - {name: lo, keys: [sk-lo], default_priority: 0, max_priority: 10}
+scheduling:
+  preemption: {enabled: true, min_run_s: 0, max_per_request: 3}
+"""
+
+
+@pytest.fixture(scope="module")
+def one_slot() -> Iterator[Cluster]:
+    """One slot for the model, two tenants of different classes, preemption on."""
+    sim = SimConfig(model="sim-llama", profile="fast", eos_every=0)
+    c = Cluster(SCHEDULING_YAML, [{"sim": sim}])
+    c.start()
+    yield c
+    c.stop()
+
+
+def stream_text(c: Cluster, key: str, max_tokens: int, on_delta: Any = None) -> str:
+    pieces: list[str] = []
+    with (
+        anthropic.Anthropic(base_url=c.http_url, api_key=key, max_retries=0) as client,
+        client.messages.stream(model="sim-llama", max_tokens=max_tokens, messages=MESSAGES) as s,
+    ):
+        for text in s.text_stream:
+            pieces.append(text)
+            if on_delta is not None:
+                on_delta(len(pieces))
+    return "".join(pieces)
+
+
+def test_x_priority_is_the_same_class_as_chats_capped_at_the_tenants_maximum(
+    one_slot: Cluster,
+) -> None:
+    def served(cls: str) -> float:
+        got = samples(one_slot)
+        return total(got, "shardgate_requests_total", outcome="length", **{"class": cls})
+
+    with anthropic.Anthropic(base_url=one_slot.http_url, api_key="sk-lo", max_retries=0) as c:
+        for asked, expected in [("50", "10"), ("3", "3"), (None, "0")]:
+            before = served(expected)
+            headers = {"x-priority": asked} if asked is not None else {}
+            create(c, max_tokens=2, extra_headers=headers)
+            assert served(expected) == before + 1, asked
+        with pytest.raises(anthropic.BadRequestError) as e:
+            create(c, max_tokens=2, extra_headers={"x-priority": "urgent"})
+    assert isinstance(e.value.body, dict) and "x-priority" in e.value.body["error"]["message"]
+
+
+def test_a_preempted_stream_pauses_and_resumes_with_identical_text(one_slot: Cluster) -> None:
+    reference = stream_text(one_slot, "sk-lo", 300)
+    assert one_slot.gateway is not None
+    pool = one_slot.gateway.scheduler.pools["sim-llama"]
+    before = sum(pool.preemptions.values())
+    started = threading.Event()
+    high: dict[str, str] = {}
+
+    def run_high() -> None:
+        started.wait(30)
+        high["text"] = stream_text(one_slot, "sk-hi", 40)
+
+    t = threading.Thread(target=run_high)
+    t.start()
+    text = stream_text(one_slot, "sk-lo", 300, lambda i: started.set() if i == 20 else None)
+    t.join(30)
+    assert text == reference
+    assert high["text"]
+    assert sum(pool.preemptions.values()) == before + 1
