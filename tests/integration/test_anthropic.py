@@ -1,6 +1,7 @@
 """Anthropic's Messages API through the gateway, driven by the official `anthropic` SDK against
 sim sidecars: messages.create, messages.stream, count_tokens, stop sequences, keys in
-`x-api-key` and in `Authorization: Bearer`, and every error as the SDK's exception type."""
+`x-api-key` and in `Authorization: Bearer`, every error as the SDK's exception type, and the
+same priorities, preemption and migration as chat completions."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
+from unittest.mock import ANY
 
 import anthropic
 import openai
@@ -181,6 +183,28 @@ def test_count_tokens_is_the_input_a_generation_reports(client: anthropic.Anthro
         client.messages.count_tokens(model="nope", messages=MESSAGES)
 
 
+@pytest.mark.parametrize("header", ["x-api-key", "Authorization"])
+def test_a_key_in_either_header_is_the_tenants(cluster: Cluster, header: str) -> None:
+    """Anthropic's API takes `x-api-key`; this SDK version sends its keys as Bearer."""
+
+    def sent(key: str) -> dict[str, str]:
+        return {header: key if header == "x-api-key" else f"Bearer {key}"}
+
+    body = {"model": "sim-llama", "max_tokens": 2, "messages": MESSAGES}
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        status, raw = post(cluster, path, body, **sent(KEY), **{"anthropic-version": "2023-06-01"})
+        assert status == 200, raw
+        status, raw = post(cluster, path, body, **sent("sk-wrong"))
+        assert status == 401
+        assert json.loads(raw)["error"]["type"] == "authentication_error"
+    status, raw = post(cluster, "/v1/messages", body)  # no key, and no anonymous tenant
+    assert status == 401
+    assert json.loads(raw) == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": ANY},
+    }
+
+
 def test_bearer_keys_work_like_x_api_key(cluster: Cluster) -> None:
     with anthropic.Anthropic(base_url=cluster.http_url, auth_token=KEY, max_retries=0) as c:
         assert text_of(create(c, max_tokens=3))
@@ -226,15 +250,16 @@ def test_bad_requests_are_bad_request_errors_naming_the_field(
 ) -> None:
     with pytest.raises(anthropic.BadRequestError) as e:
         create(client, **fields)
-    assert isinstance(e.value.body, dict)
+    assert isinstance(e.value.body, dict) and e.value.body["type"] == "error"
     error = e.value.body["error"]
+    assert set(error) == {"type", "message"}
     assert error["type"] == "invalid_request_error" and words in error["message"]
 
 
 def test_an_unknown_model_is_not_found(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.NotFoundError) as e:
         create(client, model="nope")
-    assert isinstance(e.value.body, dict) and e.value.body["error"]["type"] == "not_found_error"
+    assert e.value.body == {"type": "error", "error": {"type": "not_found_error", "message": ANY}}
 
 
 def test_over_the_tenants_rate_is_a_rate_limit_error_with_retry_after(cluster: Cluster) -> None:
@@ -243,7 +268,7 @@ def test_over_the_tenants_rate_is_a_rate_limit_error_with_retry_after(cluster: C
         with pytest.raises(anthropic.RateLimitError) as e:
             create(c, max_tokens=2)
     assert float(e.value.response.headers["retry-after"]) > 0
-    assert isinstance(e.value.body, dict) and e.value.body["error"]["type"] == "rate_limit_error"
+    assert e.value.body == {"type": "error", "error": {"type": "rate_limit_error", "message": ANY}}
 
 
 def test_an_overloaded_pool_is_an_overloaded_error(client: anthropic.Anthropic) -> None:

@@ -32,7 +32,7 @@ __all__ = ["AnthropicServing", "api_key"]
 
 
 def api_key(headers: CIMultiDictProxy[str]) -> str | None:
-    """The client's key: `x-api-key` (the anthropic SDK's), else `Authorization: Bearer`."""
+    """The client's key: `x-api-key` (Anthropic's header), else `Authorization: Bearer`."""
     return headers.get("x-api-key") or bearer_key(headers.get("Authorization"))
 
 
