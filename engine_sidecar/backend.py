@@ -83,6 +83,7 @@ class EngineDelta:
     error_field: str = ""
     # With logprobs asked for: one entry per token id.
     logprobs: list[Logprobs] | None = None
+    stop_sequence: str = ""  # on the last delta: the stop string that ended it, if one did
 
 
 @dataclass(frozen=True, slots=True)

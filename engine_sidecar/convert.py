@@ -53,6 +53,8 @@ def fill_delta(m: pb.Delta, key: int, d: EngineDelta) -> None:
     if d.finish:
         m.finish = d.finish  # type: ignore[assignment]
         m.completion_tokens = d.completion_tokens
+        if d.stop_sequence:
+            m.stop_sequence = d.stop_sequence
     if d.prompt_tokens:
         m.prompt_tokens = d.prompt_tokens
         m.cached_tokens = d.cached_tokens

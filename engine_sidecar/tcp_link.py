@@ -44,6 +44,7 @@ def encode(batch: Batch) -> bytes:
             d.error_message,
             d.error_field,
             d.logprobs,
+            d.stop_sequence,
         )
         for key, d in batch.items
     ]

@@ -134,6 +134,8 @@ class Delta:
     cached_tokens: int = 0
     completion_tokens: int = 0
     logprobs: list[Logprobs] | None = None  # one per token id, when asked for
+    # On the last delta of a generation a stop string ended: that string.
+    stop_sequence: str = ""
 
 
 def keepalive() -> Delta:

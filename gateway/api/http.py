@@ -13,6 +13,9 @@ import msgspec
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.api.anthropic.count_tokens import CountTokens
+from gateway.api.anthropic.serving import AnthropicServing
+from gateway.api.error_shapes import ErrorShape, error_shape
 from gateway.api.http_errors import ClosingError
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
@@ -43,12 +46,15 @@ _HTTP_TYPES = {
 }
 
 
-def error_response(err: GatewayError, request_id: str) -> web.Response:
+def error_response(
+    err: GatewayError, request_id: str, shape: ErrorShape | None = None
+) -> web.Response:
     headers = dict(err.headers)
     headers["x-request-id"] = request_id
+    status, body = (shape or error_shape(""))(err)
     resp = web.Response(
-        status=err.status,
-        body=encode.error_body(err),
+        status=status,
+        body=body,
         content_type="application/json",
         headers=headers,
     )
@@ -73,22 +79,24 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
     if not _REQUEST_ID.match(rid):
         rid = new_request_id()
     request[REQUEST_ID] = rid
+    shape = error_shape(request.path)  # OpenAI's, or Anthropic's on its routes
     try:
         resp = await handler(request)
     except GatewayError as e:
-        return error_response(e, rid)
+        return error_response(e, rid, shape)
     except web.HTTPRequestEntityTooLarge as e:
-        return error_response(PayloadTooLarge(f"Request body is too large: {e.text}"), rid)
+        too_large = PayloadTooLarge(f"Request body is too large: {e.text}")
+        return error_response(too_large, rid, shape)
     except web.HTTPException as e:
         if e.status < 400:
             raise
         err = GatewayError(e.reason)
         err.status = e.status
         err.type = _HTTP_TYPES.get(e.status, "invalid_request_error")
-        return error_response(err, rid)
+        return error_response(err, rid, shape)
     except Exception:
         log.exception("request %s failed", rid)
-        return error_response(GatewayError("Internal error."), rid)
+        return error_response(GatewayError("Internal error."), rid, shape)
     if not resp.prepared:
         resp.headers["x-request-id"] = rid
     return resp
@@ -110,6 +118,8 @@ class HttpApi:
         self.settings = settings
         self.serving = OpenAIServing(service, settings)
         self.tokenizing = Tokenizing(fleet, service, settings)
+        self.anthropic = AnthropicServing(service, settings)
+        self.counting = CountTokens(self.tokenizing)
         self._started = int(time.time())
 
     def app(self) -> web.Application:
@@ -118,6 +128,8 @@ class HttpApi:
         )
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/messages", self.messages)
+        app.router.add_post("/v1/messages/count_tokens", self.counting.count_tokens)
         app.router.add_post("/tokenize", self.tokenizing.tokenize)
         app.router.add_post("/detokenize", self.tokenizing.detokenize)
         app.router.add_get("/v1/models", self.models)
@@ -147,6 +159,10 @@ class HttpApi:
         return await self.serving.generate(
             request, request[REQUEST_ID], protocol.decode_completion, "completion"
         )
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        self._check_length(request)
+        return await self.anthropic.messages(request, request[REQUEST_ID])
 
     def _listed(self) -> dict[str, encode.ModelEntry]:
         """Every model, then every LoRA adapter (with its parent), by name."""

@@ -29,6 +29,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
+from gateway.api.error_shapes import error_shape
 from gateway.api.http_errors import HeaderTimeout, detail, refusal
 from gateway.api.openai import encode
 from gateway.observability.labels import ProtocolError
@@ -171,14 +172,13 @@ class EdgeProtocol(RequestHandler):
         self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:
         """An aiohttp error raised where no middleware sees it (an unknown Expect, answered
-        before routing) leaves as OpenAI-style JSON like every other error."""
+        before routing) leaves as JSON like every other error (in its route's API's shape)."""
         if isinstance(resp, web.HTTPException) and resp.status >= 400:
             err = GatewayError(resp.text or resp.reason)
             err.status = resp.status
             err.type = "invalid_request_error"
-            json_resp = web.Response(
-                status=err.status, body=encode.error_body(err), content_type="application/json"
-            )
+            status, body = error_shape(request.path)(err)
+            json_resp = web.Response(status=status, body=body, content_type="application/json")
             if not resp.keep_alive:
                 json_resp.force_close()
             resp = json_resp

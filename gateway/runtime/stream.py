@@ -29,6 +29,7 @@ def merge(deltas: list[Delta]) -> Delta:
         if d.finish:
             out.finish = d.finish
             out.completion_tokens = d.completion_tokens
+            out.stop_sequence = d.stop_sequence
     out.text = "".join(texts)
     return out
 

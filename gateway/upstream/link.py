@@ -257,6 +257,7 @@ class EngineLink:
                             d.cached_tokens,
                             d.completion_tokens,
                             d.logprobs,
+                            d.stop_sequence,
                         )
                     )
                 return

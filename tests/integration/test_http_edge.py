@@ -355,3 +355,42 @@ async def test_unknown_expectation_is_417_as_json(edge: Cluster, path: str) -> N
     )
     assert reply.status == 417
     assert reply.error()["type"] == "invalid_request_error"
+
+
+# -- Anthropic's routes: the same refusals, in Anthropic's error shape ---------------------------
+MESSAGES = json.dumps(
+    {"model": "sim-llama", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+).encode()
+DEEP = b'{"model": "sim-llama", "extra": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "kind", "words"),
+    [
+        (b"POST /v1/messages HTTP/1.1\r\nHost: edge\r\nContent-Length: %d\r\n\r\n%s"
+         % (len(DEEP), DEEP), 400, "invalid_request_error", "too deeply"),
+        (b"POST /v1/messages HTTP/1.1\r\nHost: edge\r\nContent-Encoding: gzip\r\n"
+         b"Content-Length: %d\r\n\r\n%s" % (len(MESSAGES), MESSAGES),
+         400, "invalid_request_error", "gzip"),
+        (b"POST /v1/messages/count_tokens HTTP/1.1\r\nHost: edge\r\nContent-Length: 1000000\r\n"
+         b"\r\n", 413, "request_too_large", "limit"),
+        (b"GET /v1/messages HTTP/1.1\r\nHost: edge\r\n\r\n", 405, "invalid_request_error",
+         "Method"),
+        (b"POST /v1/messages/nope HTTP/1.1\r\nHost: edge\r\nContent-Length: 0\r\n\r\n", 404,
+         "not_found_error", "Not Found"),
+        (b"POST /v1/messages HTTP/1.1\r\nHost: edge\r\nExpect: 100-pigeons\r\n"
+         b"Content-Length: %d\r\n\r\n%s" % (len(MESSAGES), MESSAGES),
+         417, "invalid_request_error", "unknown expect"),
+    ],
+    ids=["deep-json", "undecodable-body", "too-large", "wrong-method", "no-route", "expect"],
+)  # fmt: skip
+async def test_messages_routes_refuse_in_anthropics_shape(
+    edge: Cluster, raw: bytes, status: int, kind: str, words: str
+) -> None:
+    reply = await request(edge, raw)
+    assert reply.status == status, reply.body
+    assert reply.headers.get("content-type", "").startswith("application/json")
+    body = json.loads(reply.body)
+    assert body["type"] == "error" and set(body["error"]) == {"type", "message"}
+    assert body["error"]["type"] == kind
+    assert words.lower() in body["error"]["message"].lower()

@@ -33,6 +33,9 @@ SOCKET_TIMEOUT_S = 30.0
 PATHS = [
     "/v1/chat/completions",
     "/v1/completions",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/messages/nope",
     "/v1/models",
     "/v1/models/sim-llama",
     "/v1/models/nope",
@@ -43,10 +46,18 @@ PATHS = [
     "/admin/reload",
     "/",
 ]
+GENERATING = [
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+]
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 HEADER_NAMES = [
     "Content-Type",
     "Authorization",
+    "x-api-key",
+    "anthropic-version",
     "Accept",
     "Accept-Encoding",
     "Content-Encoding",
@@ -104,11 +115,20 @@ values = st.recursive(
     max_leaves=12,
 )
 
+# Content blocks (Anthropic's, and OpenAI's content parts): near misses of a text block.
+blocks = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "tool_use", "tool_result", "image"]) | values},
+    optional={"text": st.text(max_size=20) | values},
+)
+
 # A valid request, then a few of its fields replaced, removed or added: near misses of what the
 # gateway serves (it serves the unchanged ones) rather than noise it refuses at the first byte.
 FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature",
           "top_p", "top_k", "seed", "stop", "stream", "stream_options", "n", "best_of", "echo",
-          "logprobs", "priority", "ignore_eos", "user", "unknown"]  # fmt: skip
+          "logprobs", "priority", "ignore_eos", "user", "unknown",
+          # Anthropic's Messages fields
+          "system", "stop_sequences", "metadata", "tools", "tool_choice", "thinking",
+          "output_config"]  # fmt: skip
 FIELD_VALUES = {
     "model": st.sampled_from(["sim-llama", "nope", ""]) | values,
     "messages": st.lists(
@@ -117,11 +137,13 @@ FIELD_VALUES = {
                 "role": st.sampled_from(["user", "system", "assistant", "developer", "tool"])
                 | values
             },
-            optional={"content": st.text(max_size=40) | values, "name": values},
+            optional={"content": st.text(max_size=40) | values | st.lists(blocks), "name": values},
         ),
         max_size=3,
     )
     | values,
+    "system": st.text(max_size=20) | st.lists(blocks, max_size=2) | values,
+    "stop_sequences": st.lists(st.text(max_size=5), max_size=3) | values,
     "max_tokens": st.integers(-2, 8) | huge_numbers | values,
     "seed": st.integers(0, 10) | huge_numbers | values,
     "stream": st.booleans() | values,
@@ -138,7 +160,17 @@ def mutation(draw: st.DrawFn) -> tuple[str, list[object] | None]:
     return name, [draw(FIELD_VALUES.get(name, values))]
 
 
+def is_anthropic(target: str) -> bool:
+    """A route of Anthropic's Messages API (its errors are in Anthropic's shape)."""
+    path = target.split("?", 1)[0]
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
 def valid_body(path: str) -> dict[str, object]:
+    if is_anthropic(path):
+        text = [{"type": "text", "text": "hi"}]
+        return {"model": "sim-llama", "max_tokens": 2, "system": "Be brief.",
+                "messages": [{"role": "user", "content": text}]}  # fmt: skip
     if path == "/v1/completions":
         return {"model": "sim-llama", "prompt": "Once upon a time", "max_tokens": 2}
     return {"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -183,7 +215,7 @@ def json_bodies(draw: st.DrawFn, path: str) -> bytes:
 @st.composite
 def requests(draw: st.DrawFn) -> bytes:
     if draw(st.integers(0, 3)):  # mostly the generation endpoints, as clients call them
-        method, path = "POST", draw(st.sampled_from(["/v1/chat/completions", "/v1/completions"]))
+        method, path = "POST", draw(st.sampled_from(GENERATING))
     else:
         method = draw(st.sampled_from(METHODS) | TOKEN.map(str.upper) | LINE)
         path = draw(st.sampled_from(PATHS) | LINE.map(lambda s: "/" + s))
@@ -218,12 +250,19 @@ def status_of(reply: bytes) -> int:
     return int(line.split(b" ", 2)[1])
 
 
-def check_error_body(reply: bytes, status: int) -> None:
-    """An error is OpenAI-style JSON, whatever refused the request (router, handler, parser)."""
+def check_error_body(reply: bytes, status: int, path: str) -> None:
+    """An error is JSON, whatever refused the request (router, handler, parser): Anthropic's
+    shape from its routes' handlers, OpenAI's everywhere else (and from the parser, which
+    answers before any route is known and sends no x-request-id)."""
     head, _, body = reply.partition(b"\r\n\r\n")
     assert b"\r\ncontent-type: application/json" in head.lower(), reply[:500]
-    err = json.loads(body)["error"]
-    assert err["code"] == status
+    anthropic = is_anthropic(path) and b"\r\nx-request-id: " in head.lower()
+    data = json.loads(body)
+    err = data["error"]
+    if anthropic:
+        assert data["type"] == "error" and set(err) == {"type", "message"}, reply[:500]
+    else:
+        assert err["code"] == status
     assert isinstance(err["message"], str) and err["message"]
     assert isinstance(err["type"], str)
 
@@ -238,7 +277,7 @@ def test_no_request_gets_a_5xx_and_the_gateway_stays_up(cluster: Cluster, raw: b
     status = status_of(reply)
     assert status < 500, reply[:500]
     if status >= 400 and not raw.startswith(b"HEAD "):
-        check_error_body(reply, status)
+        check_error_body(reply, status, raw.split(b" ", 2)[1].decode("utf-8", "replace"))
     STATUSES[status] += 1
     health = exchange(cluster, b"GET /healthz HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n")
     assert status_of(health) == 200

@@ -294,3 +294,46 @@ async def test_grpc_sampling_fields_reach_the_engine(cluster: VllmCluster) -> No
         )
         text = "".join([r.text async for r in stub.Generate(choice, timeout=60)])
         assert text in ("yes", "no")
+
+
+async def test_anthropic_messages_are_the_chat_endpoints_greedy_text(
+    client: openai.AsyncOpenAI, cluster: VllmCluster
+) -> None:
+    """The same messages through /v1/messages and /v1/chat/completions: the same greedy text,
+    the same input tokens (counted too by count_tokens), and a stop sequence that vLLM matched
+    named in the answer."""
+    import anthropic
+
+    system = "You are terse."
+    chat = await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "system", "content": system}, *MESSAGES],
+        max_tokens=24,
+        temperature=0.0,
+    )
+    reference = chat.choices[0].message.content or ""
+    assert chat.usage is not None and len(reference) >= 8
+    base_url = cluster.base_url.removesuffix("/v1")
+    async with anthropic.AsyncAnthropic(base_url=base_url, api_key="none", max_retries=0) as a:
+        args: dict[str, Any] = {
+            "model": MODEL,
+            "max_tokens": 24,
+            "system": system,
+            "messages": MESSAGES,
+            "extra_body": {"temperature": 0.0},
+        }
+        m = await a.messages.create(**args)
+        assert [(b.type, getattr(b, "text", None)) for b in m.content] == [("text", reference)]
+        finish = chat.choices[0].finish_reason
+        assert m.stop_reason == {"length": "max_tokens", "stop": "end_turn"}[finish]
+        assert m.usage.input_tokens == chat.usage.prompt_tokens
+        assert m.usage.output_tokens == chat.usage.completion_tokens
+        counted = await a.messages.count_tokens(model=MODEL, system=system, messages=MESSAGES)
+        assert counted.input_tokens == chat.usage.prompt_tokens
+        async with a.messages.stream(**args) as stream:
+            streamed = "".join([t async for t in stream.text_stream])
+        assert streamed == reference
+        stop = reference[4:8]
+        m = await a.messages.create(**args, stop_sequences=[stop])
+        assert (m.stop_reason, m.stop_sequence) == ("stop_sequence", stop)
+        assert [getattr(b, "text", None) for b in m.content] == [reference[: reference.index(stop)]]

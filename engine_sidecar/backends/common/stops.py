@@ -15,13 +15,14 @@ class StopStrings:
     """`include`: the stop string stays in the text (vLLM's include_stop_str_in_output), and
     nothing is held back (the search still looks back across the last emitted characters)."""
 
-    __slots__ = ("_include", "_keep", "_stops", "_tail")
+    __slots__ = ("_include", "_keep", "_stops", "_tail", "matched")
 
     def __init__(self, stops: Sequence[str], text_so_far: str = "", include: bool = False) -> None:
         self._stops = tuple(s for s in stops if s)
         self._keep = max((len(s) for s in self._stops), default=1) - 1
         self._tail = text_so_far[-self._keep :] if self._keep else ""
         self._include = include
+        self.matched = ""  # the stop string that ended the request, once one did
 
     def feed(self, text: str, search: bool = True) -> tuple[str, bool]:
         """The text to emit now, and whether a stop string ended the request. Without
@@ -30,14 +31,15 @@ class StopStrings:
             return text, False
         tail = self._tail
         window = tail + text
-        start, end = -1, len(window) + 1
+        start, end, matched = -1, len(window) + 1, ""
         if search:
             for stop in self._stops:
                 i = window.find(stop)
                 if i != -1 and i + len(stop) < end:  # the one that completes first
-                    start, end = i, i + len(stop)
+                    start, end, matched = i, i + len(stop), stop
         if start != -1:
             self._tail = ""
+            self.matched = matched
             return (window[len(tail) : end], True) if self._include else (window[:start], True)
         cut = max(len(window) - self._keep, 0)
         self._tail = window[cut:]

@@ -263,6 +263,8 @@ class SimCore:
             finish = Finish.LENGTH
             text += seq.take_tail()  # flush what was held back for stop strings
         d = EngineDelta(seq.key, [tok], text, finish)
+        if finish is Finish.STOP:
+            d.stop_sequence = seq.matched
         self._fill_usage(seq, d)
         seq.fast = not (seq.stops or seq.fail or self._multibyte or seq.stop_ids or seq.min_tokens)
         if not finish and p + 1 >= seq.gen_room:

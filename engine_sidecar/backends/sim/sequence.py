@@ -40,6 +40,7 @@ class SimSeq:
         "hashes",
         "hashes_len",
         "key",
+        "matched",
         "max_stop_len",
         "max_tokens",
         "min_tokens",
@@ -87,6 +88,7 @@ class SimSeq:
         keep = self.max_stop_len - 1
         so_far = tokenizer.streamed_text(self.generated) if keep > 0 and self.generated else ""
         self.tail = so_far[-keep:] if so_far else ""
+        self.matched = ""  # the stop string that ended it, once one did
         self.salt = request.lora.encode()  # separates the prefix caches of LoRAs
         self.stream_seed = stream_seed(prompt_ids, s.seed, config_seed)
         self.rng = UNSEEDED  # seeded at first admission: position len(generated) of the stream
@@ -124,7 +126,7 @@ class SimSeq:
         for stop in self.stops:
             i = window.find(stop)
             if i != -1 and (best == -1 or i < best):
-                best = i
+                best, self.matched = i, stop
         if best != -1:
             self.tail = ""
             return window[:best], True

@@ -29,12 +29,16 @@ def to_delta(
     c = out.outputs[0]
     finish = FINISH.get(c.finish_reason, Finish.STOP) if out.finished else Finish.NONE
     ids, piece = list(c.token_ids), c.text
+    # vLLM's stop_reason: the stop string (or stop token id) that ended it.
+    stop = c.stop_reason if out.finished and isinstance(c.stop_reason, str) else ""
     if text is not None:
         ids, piece, stopped = text.add(ids, bool(out.finished))
         if stopped:
-            finish = Finish.STOP
+            finish, stop = Finish.STOP, text.matched
     logprobs = None
     if c.logprobs is not None:  # (asked for): one per token, the dropped ones' dropped too
         logprobs = to_logprobs(c.logprobs[: len(ids)], logprob_texts)
     cached = out.num_cached_tokens or 0
-    return usage.delta(ids, piece, finish, cached_tokens=cached, logprobs=logprobs)
+    d = usage.delta(ids, piece, finish, cached_tokens=cached, logprobs=logprobs)
+    d.stop_sequence = stop if finish is Finish.STOP else ""
+    return d

@@ -38,6 +38,11 @@ class OwnText:
         self._count = len(resume_ids)
         self._min_tokens = sampling.min_tokens
 
+    @property
+    def matched(self) -> str:
+        """The stop string that ended the request, once one did."""
+        return self._stops.matched
+
     def add(self, token_ids: Sequence[int], finished: bool) -> tuple[list[int], str, bool]:
         """The tokens to report, their text, and whether a stop string ended the request
         (tokens after the one that completed it are dropped, as vLLM does). As vLLM does, no

@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol, cast
 
-from gateway.api.openai.encode import ChunkEncoder
 from gateway.runtime.flush import FLUSHER
-from gateway.types import Delta
+from gateway.types import Delta, Logprobs
 
 # Bytes queued in the transport beyond which frames wait for the handler (and its drain).
 HIGH_WATER = 64 << 10
@@ -25,11 +24,19 @@ class Counter(Protocol):
     def add(self, d: Delta) -> None: ...
 
 
+class TokenEncoder(Protocol):
+    """Renders one token delta's SSE event (each API edge has its own)."""
+
+    def token_chunk_into(
+        self, buf: bytearray, text: str, logprobs: list[Logprobs] | None = None
+    ) -> None: ...
+
+
 class DirectSink:
     __slots__ = ("_buf", "_chunked", "_dirty", "_enc", "_tally", "_transport")
 
     def __init__(
-        self, transport: asyncio.BaseTransport, chunked: bool, enc: ChunkEncoder, tally: Counter
+        self, transport: asyncio.BaseTransport, chunked: bool, enc: TokenEncoder, tally: Counter
     ) -> None:
         self._transport = cast(asyncio.WriteTransport, transport)
         self._chunked = chunked

@@ -53,8 +53,12 @@ class Tokenizing:
         self.settings = settings
 
     def _replica(self, request: web.Request, model: str) -> tuple[str, str, str]:
-        """(model, lora, the address of a routable replica's head) for `model`."""
-        self._service.tenants.resolve(bearer_key(request.headers.get("Authorization")))
+        return self.replica(bearer_key(request.headers.get("Authorization")), model)
+
+    def replica(self, api_key: str | None, model: str) -> tuple[str, str, str]:
+        """(model, lora, the address of a routable replica's head) for `model`, asked for with
+        `api_key` (a 401 when it is not a tenant's)."""
+        self._service.tenants.resolve(api_key)
         model, lora = self._fleet.adapter_of(model)
         if not self._fleet.knows(model):
             raise ModelNotFound(f"The model `{model}` does not exist.", "model")

@@ -41,6 +41,7 @@ class WireDelta(msgspec.Struct, array_like=True, gc=False):
     error_message: str = ""
     error_field: str = ""
     logprobs: list[Logprobs] | None = None
+    stop_sequence: str = ""
 
 
 class WireSubmit(msgspec.Struct, array_like=True, gc=False):

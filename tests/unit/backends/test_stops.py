@@ -76,3 +76,21 @@ def test_a_matcher_primed_with_the_text_so_far_continues_it(stops: tuple[str, ..
         tail = "" if rest[-1][1] else m.flush()
         assert sent + "".join(t for t, _ in rest) + tail == expected, cut
         assert rest[-1][1] == out[end][1]
+
+
+@pytest.mark.parametrize(
+    ("stops", "pieces", "matched"),
+    [
+        (("xyz",), ["ab", "cd"], ""),
+        (("xyz",), ["abx", "y", "z!"], "xyz"),
+        (("bcd", "c"), ["abcd"], "c"),  # the one that completes first
+        (("abc", "bc"), ["a", "b", "c"], "abc"),  # both end there: the text is cut at "abc"
+    ],
+)
+def test_the_stop_string_that_ended_it_is_named(
+    stops: tuple[str, ...], pieces: list[str], matched: str
+) -> None:
+    m = StopStrings(stops)
+    for p in pieces:
+        m.feed(p)
+    assert m.matched == matched

@@ -153,12 +153,14 @@ def test_stop_strings_cut_the_text(span: str) -> None:
     assert stop not in r.text
     assert r.tokens == plain.tokens[: len(r.tokens)]
     assert r.final.completion_tokens == len(r.tokens)
+    assert r.final.stop_sequence == stop  # the engine names the stop string that ended it
 
 
 def test_stop_text_held_back_is_flushed_at_length() -> None:
     plain = run_one(NO_EOS, req(1, max_tokens=12))
     r = run_one(NO_EOS, req(1, max_tokens=12, stop=("zzzzzzzzzzzzzzzzzzzz",)))
     assert r.text == plain.text and r.final.finish == Finish.LENGTH
+    assert r.final.stop_sequence == ""
 
 
 def test_prefix_cache_hit_makes_prefill_cheaper() -> None:

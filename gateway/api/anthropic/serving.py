@@ -1,0 +1,169 @@
+"""POST /v1/messages: an Anthropic request through the same service entry point as chat
+completions (admission, priorities, routing, preemption, migration), its generation as the
+Message object or as Anthropic's SSE events."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+from multidict import CIMultiDictProxy
+
+from gateway.api.anthropic import encode
+from gateway.api.anthropic.errors import error_event
+from gateway.api.anthropic.protocol import decode_messages
+from gateway.api.body import read_body
+from gateway.api.openai.direct import DirectSink
+from gateway.api.openai.serving import (
+    KEEPALIVE,
+    SSE_HEADERS,
+    SSEResponse,
+    Tally,
+    parse_priority,
+    response_headers,
+)
+from gateway.config.schema import GatewaySettings
+from gateway.policy.tenants import bearer_key
+from gateway.runtime.job import Job
+from gateway.runtime.service import Service
+from gateway.types import Delta, GatewayError
+
+__all__ = ["AnthropicServing", "api_key"]
+
+
+def api_key(headers: CIMultiDictProxy[str]) -> str | None:
+    """The client's key: `x-api-key` (Anthropic's header), else `Authorization: Bearer`."""
+    return headers.get("x-api-key") or bearer_key(headers.get("Authorization"))
+
+
+class MessageTally(Tally):
+    """A chat tally that also keeps the stop sequence the engine says ended the generation."""
+
+    __slots__ = ("stop_sequence",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stop_sequence: str | None = None
+
+    def add(self, d: Delta) -> None:
+        super().add(d)
+        if d.finish and d.stop_sequence:
+            self.stop_sequence = d.stop_sequence
+
+
+class AnthropicServing:
+    def __init__(self, service: Service, settings: GatewaySettings) -> None:
+        self._service = service
+        self.settings = settings
+
+    async def messages(self, request: web.Request, rid: str) -> web.StreamResponse:
+        s = self.settings
+        body = await read_body(request, s.max_body_bytes, s.client_body_timeout_s)
+        req = decode_messages(body, rid)
+        headers = request.headers
+        asked = headers.get("x-priority")
+        if asked is not None:
+            req.priority = parse_priority(asked)
+        req.session_id = headers.get("x-session-id", "")[:128]
+        gen = self._service.submit(req, api_key(headers))
+        deadline = asyncio.get_running_loop().time() + s.request_timeout_s
+        gen.arm(deadline, s.first_token_timeout_s)
+        try:
+            batch = await gen.take()
+            if req.stream:
+                return await self._stream(request, gen, batch)
+            while batch and not gen.began:  # keep-alives while queued: nothing to say yet
+                batch = await gen.take()
+            return await self._unary(gen, batch)
+        finally:
+            gen.close()
+
+    @staticmethod
+    async def _unary(gen: Job, batch: list[Delta]) -> web.Response:
+        headers = response_headers(gen)
+        tally = MessageTally()
+        texts: list[str] = []
+        while batch:
+            for d in batch:
+                tally.add(d)
+                texts.append(d.text)
+            batch = await gen.take()
+        req = gen.request
+        body = encode.encode_message(
+            req.request_id,
+            req.served_model,
+            "".join(texts),
+            tally.finish,
+            tally.stop_sequence,
+            tally.usage(),
+        )
+        return web.Response(body=body, content_type="application/json", headers=headers)
+
+    async def _stream(
+        self, request: web.Request, gen: Job, batch: list[Delta]
+    ) -> web.StreamResponse:
+        """Streams the generation. While the request is queued only `: keep-alive` comments
+        leave; message_start leaves with its first output (it carries the input tokens). An
+        error after the head left ends the stream as an `error` event."""
+        req = gen.request
+        resp = SSEResponse(headers={**SSE_HEADERS, **response_headers(gen)})
+        await resp.prepare(request)
+        buf = bytearray()
+        tally = MessageTally()
+        enc = encode.EventEncoder(req.request_id, req.served_model)
+        try:
+            while batch and not gen.began:
+                await resp.write(KEEPALIVE * len(batch))
+                batch = await gen.take()
+            if not batch:  # (the stream ended before any output)
+                raise GatewayError("The generation ended without output.")
+            enc.start_into(buf, gen.prompt_tokens)
+            await self._relay(request, resp, gen, enc, batch, buf, tally)
+        except GatewayError as e:
+            buf += error_event(e)
+            await resp.write_eof(bytes(buf))
+            return resp
+        enc.finish_into(buf, tally.finish, tally.stop_sequence, tally.usage().completion_tokens)
+        await resp.write_eof(bytes(buf))  # one send() with the chunked terminator
+        return resp
+
+    async def _relay(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        gen: Job,
+        enc: encode.EventEncoder,
+        batch: list[Delta],
+        buf: bytearray,
+        tally: MessageTally,
+    ) -> None:
+        """Write the text deltas as they come: straight from the link reader while the client
+        keeps up (the chat edge's direct sink), here (awaiting the socket) when it does not."""
+        transport = request.transport
+        sink = None
+        if self.settings.direct_writes and transport is not None:
+            chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
+            sink = DirectSink(transport, chunked, enc, tally)
+        out = gen.out
+        wrote = False
+        try:
+            while batch:
+                if sink is not None:
+                    sink.flush()  # frames it buffered go out before anything written here
+                for d in batch:
+                    if d.text:
+                        enc.token_chunk_into(buf, d.text)
+                    elif not (d.finish or d.prompt_tokens or d.token_ids):
+                        buf += KEEPALIVE  # preempted, waiting to resume
+                    tally.add(d)
+                if buf:
+                    await resp.write(bytes(buf))
+                    buf.clear()
+                    wrote = True
+                if sink is not None and wrote:
+                    out.sink = sink  # everything taken is written: later tokens may go direct
+                batch = await gen.take()
+        finally:
+            out.sink = None
+            if sink is not None:
+                sink.flush()
