@@ -196,9 +196,11 @@ CHAT_CASES: dict[str, dict[str, Any]] = {
     "top_logprobs": {"logprobs": True, "top_logprobs": 3},
     "choice": {"extra_body": {"structured_outputs": {"choice": ["left", "right"]}}},
     "regex": {"extra_body": {"structured_outputs": {"regex": "[a-c]{2,5}"}}},
+    "n_seeded": {"n": 3, "temperature": 0.9, "seed": 5},
     "json_schema": {
         "response_format": {
             "type": "json_schema",
+            "n_seeded": {"n": 3, "temperature": 0.9, "seed": 5},
             "json_schema": {
                 "name": "side",
                 "schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
@@ -217,6 +219,8 @@ COMPLETION_CASES: dict[str, dict[str, Any]] = {
     "echo": {"echo": True},
     "ignore_eos": {"extra_body": {"ignore_eos": True}, "max_tokens": 20},
     "include_stop_str": {"stop": ["h"], "extra_body": {"include_stop_str_in_output": True}},
+    "n_seeded": {"n": 2, "temperature": 0.8, "seed": 11},
+    "n_logprobs": {"n": 2, "logprobs": 2, "temperature": 1.0, "seed": 3},
 }
 
 
@@ -238,6 +242,16 @@ async def test_chat_answers_as_vllm_serve(
             answers.append(_chat(await client.chat.completions.create(**kwargs)))
     ours, theirs = answers
     _close(ours, theirs, case)
+
+
+async def test_n_with_greedy_sampling_is_refused_as_vllm_serve_does(
+    clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI],
+) -> None:
+    for client in clients:
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, n=2, temperature=0.0, max_tokens=4
+            )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])

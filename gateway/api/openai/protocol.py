@@ -185,6 +185,11 @@ def _check_common(req: _Common) -> None:
     _check_unserved(req)
     if req.n is not None and not 1 <= req.n <= MAX_N:
         raise InvalidRequest(f"Invalid value for 'n': must be between 1 and {MAX_N}.", "n")
+    if req.n is not None and req.n > 1 and req.temperature is not None and req.temperature < 1e-5:
+        raise InvalidRequest(
+            f"Invalid value for 'n': must be 1 with greedy sampling (temperature 0), got {req.n}.",
+            "n",
+        )
     if req.best_of is not None and req.best_of != 1:
         raise InvalidRequest("Invalid value for 'best_of': only best_of=1 is supported.", "best_of")
     if req.stream_options is not None and not req.stream:

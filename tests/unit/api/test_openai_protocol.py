@@ -76,6 +76,7 @@ COMMON_CASES: list[tuple[dict[str, Any], str]] = [
     ({"stream": True, "stream_options": 5}, "stream_options"),
     ({"stream": True, "stream_options": {"include_usage": "x"}}, "stream_options.include_usage"),
     ({"n": 129}, "n"),
+    ({"n": 2, "temperature": 0}, "n"),
     ({"n": 0}, "n"),
     ({"n": "1"}, "n"),
     ({"ignore_eos": 1}, "ignore_eos"),
