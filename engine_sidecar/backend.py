@@ -81,6 +81,8 @@ class EngineDelta:
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str = ""
     error_field: str = ""
+    # A chat request whose output the engine parses: shardgate/v1/parsed.py `Parsed`, msgpack.
+    parsed: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ def encode(batch: Batch) -> bytes:
             d.error_code,
             d.error_message,
             d.error_field,
+            d.parsed,
         )
         for key, d in batch.items
     ]

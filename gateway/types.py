@@ -43,6 +43,7 @@ class GenerationRequest(GenerationView):
             prompt_token_ids=prompt_token_ids,
             priority=priority or 0,
             lora=lora,
+            parse_whole=not stream,
         )
         self.stream = stream
         self.include_usage = include_usage
@@ -111,6 +112,7 @@ class Delta:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    parsed: bytes = b""  # shardgate/v1/parsed.py `Parsed` (msgpack): a parsed chat answer's
 
 
 def keepalive() -> Delta:

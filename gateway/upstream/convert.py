@@ -88,6 +88,7 @@ def from_pb_delta(d: pb.Delta) -> WireDelta:
         d.error_code,
         d.error_message,
         d.error_field,
+        d.parsed,
     )
 
 

@@ -235,7 +235,7 @@ class EngineLink:
                         continue
                     finish = d.finish
                     if not finish and not d.prompt_tokens:
-                        stream.push(Delta(d.token_ids, d.text))
+                        stream.push(Delta(d.token_ids, d.text, parsed=d.parsed))
                         continue
                     if finish:
                         del streams[d.key]
@@ -253,6 +253,7 @@ class EngineLink:
                             d.prompt_tokens,
                             d.cached_tokens,
                             d.completion_tokens,
+                            d.parsed,
                         )
                     )
                 return

@@ -7,6 +7,7 @@ import msgspec
 import pytest
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import params, wire
+from shardgate.v1.params import ToolCall, Tools
 
 from engine_sidecar import convert as sidecar
 from engine_sidecar.backend import RequestError
@@ -29,10 +30,16 @@ REQUEST = GenerationRequest(
         min_tokens=3,
         allowed_token_ids=(5, 9),
     ),
-    messages=(Message("system", "be brief"), Message("user", "hi")),
+    messages=(
+        Message("system", "be brief"),
+        Message("user", "hi"),
+        Message("assistant", "", (ToolCall("c1", "f", '{"a": 1}'),)),
+        Message("tool", "2", tool_call_id="c1"),
+    ),
     priority=3,
     lora="a1",
 )
+REQUEST.generation.tools = Tools(tools='[{"type": "function"}]', choice="function", function="f")
 
 
 def test_engine_proto_carries_the_definition_not_its_fields() -> None:

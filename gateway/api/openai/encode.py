@@ -41,6 +41,17 @@ def _scrub(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def _scrub_all(value: Any) -> Any:
+    """`value` (JSON-like) with every string scrubbed."""
+    if isinstance(value, str):
+        return _scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrub_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_all(v) for v in value]
+    return value
+
+
 def _usage(usage: Usage) -> dict[str, Any]:
     return {
         "prompt_tokens": usage.prompt_tokens,
@@ -115,6 +126,18 @@ class ChunkEncoder:
             _encode_into(_scrub(text), buf, -1)
         buf += self._token_suffix
 
+    def delta_chunk_into(self, buf: bytearray, delta: dict[str, Any]) -> None:
+        """Append one chat SSE event whose `delta` is `delta` (a parsed answer's piece)."""
+        buf += self._head
+        buf += b'[{"index":0,"delta":'
+        start = len(buf)
+        try:
+            _encode_into(delta, buf, -1)
+        except UnicodeEncodeError:  # lone surrogates (what was written of the delta goes)
+            del buf[start:]
+            _encode_into(_scrub_all(delta), buf, -1)
+        buf += _NO_CHOICE_TAIL
+
     def finish_chunk_into(self, buf: bytearray, finish_reason: str) -> None:
         """Append the event with an empty delta/text and `finish_reason` to `buf`."""
         buf += self._finish_prefix
@@ -142,8 +165,10 @@ def encode_chat_completion(
     text: str,
     finish_reason: str,
     usage: Usage,
+    message: dict[str, Any] | None = None,
 ) -> bytes:
-    """The body of a non-streaming chat completion (``"object": "chat.completion"``)."""
+    """The body of a non-streaming chat completion (``"object": "chat.completion"``);
+    `message` replaces the one of `text` (an answer its engine parsed)."""
     return _encode(
         {
             "id": "chatcmpl-" + request_id,
@@ -153,7 +178,7 @@ def encode_chat_completion(
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": message or {"role": "assistant", "content": text},
                     "logprobs": None,
                     "finish_reason": finish_reason,
                 }

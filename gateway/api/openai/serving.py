@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.api.body import read_body
 from gateway.api.openai import encode
+from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.direct import DirectSink
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
@@ -120,22 +121,32 @@ class OpenAIServing:
         self, gen: Job, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
     ) -> web.Response:
         tally = Tally()
+        answer = Answer(gen.request.generation.tools)
         texts: list[str] = [gen.request.prompt or ""] if gen.request.echo else []
         while batch:
             for d in batch:
                 tally.add(d)
                 texts.append(d.text)
+                if d.parsed:
+                    answer.add(d.parsed)
             batch = await gen.take()
         req = gen.request
-        encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
-        body = encoder(
-            req.request_id,
-            req.served_model,
-            int(time.time()),
-            "".join(texts),
-            tally.reason,
-            tally.usage(),
-        )
+        text, reason = "".join(texts), answer.finish_reason(tally.reason, whole=True)
+        if kind == "chat":
+            message = message_of(answer.whole) if answer.whole is not None else None
+            body = encode.encode_chat_completion(
+                req.request_id,
+                req.served_model,
+                int(time.time()),
+                text,
+                reason,
+                tally.usage(),
+                message,
+            )
+        else:
+            body = encode.encode_completion(
+                req.request_id, req.served_model, int(time.time()), text, reason, tally.usage()
+            )
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _stream(
@@ -150,6 +161,7 @@ class OpenAIServing:
         await resp.prepare(request)
         buf = bytearray()
         tally = Tally()
+        answer = Answer(req.generation.tools)
         enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind)
         if batch and not gen.began:
             try:
@@ -169,14 +181,14 @@ class OpenAIServing:
             sink = DirectSink(transport, chunked, enc, tally)
         try:
             try:
-                await self._relay(resp, gen, enc, batch, buf, tally, sink)
+                await self._relay(resp, gen, enc, batch, buf, tally, sink, answer)
             finally:
                 gen.out.sink = None
                 if sink is not None:
                     sink.flush()
         except GatewayError as e:
             return await self._end_with(resp, req, enc, buf, tally, e)
-        enc.finish_chunk_into(buf, tally.reason)
+        enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
         if req.include_usage:
             enc.usage_chunk_into(buf, tally.usage())
         buf += encode.DONE
@@ -219,6 +231,7 @@ class OpenAIServing:
         buf: bytearray,
         tally: Tally,
         sink: DirectSink | None,
+        answer: Answer,
     ) -> None:
         """Write the generation's chunks as they come: straight from the link reader through
         the sink while the client keeps up, here (awaiting the socket) when it does not."""
@@ -228,7 +241,11 @@ class OpenAIServing:
             if sink is not None:
                 sink.flush()  # frames it buffered go out before anything written here
             for d in batch:
-                if d.token_ids or d.text:
+                if d.parsed:  # an answer its engine parsed: its pieces, not the raw text
+                    delta = delta_of(answer.add(d.parsed))
+                    if delta is not None:
+                        enc.delta_chunk_into(buf, delta)
+                elif d.token_ids or d.text:
                     enc.token_chunk_into(buf, d.text)
                 elif not d.finish and not d.prompt_tokens:
                     buf += KEEPALIVE  # waiting in a queue: keep the connection alive

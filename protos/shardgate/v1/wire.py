@@ -40,6 +40,7 @@ class WireDelta(msgspec.Struct, array_like=True, gc=False):
     error_code: int = 0
     error_message: str = ""
     error_field: str = ""
+    parsed: bytes = b""
 
 
 class WireSubmit(msgspec.Struct, array_like=True, gc=False):
