@@ -107,3 +107,23 @@ def test_the_grpc_api_takes_every_sampling_field() -> None:
     for f in msgspec.structs.fields(Sampling):
         name = "structured_outputs" if f.name == "structured" else f.name
         assert name in fields, f"gateway.proto GenerateRequest lacks {name}"
+
+
+def test_both_transports_deliver_a_parsed_answer_unchanged() -> None:
+    from shardgate.v1 import parsed
+
+    from engine_sidecar.backend import EngineDelta
+    from engine_sidecar.link import Batch
+    from engine_sidecar.tcp_link import encode
+
+    answer = parsed.Parsed(
+        content="", tool_calls=(parsed.ToolCallDelta(index=0, id="c", name="f", arguments="{}"),)
+    )
+    d = EngineDelta(3, [7], "[f()]", parsed=parsed.encode(answer))
+    m = pb.Delta()
+    sidecar.fill_delta(m, 3, d)
+    over_grpc = gateway.from_pb_delta(pb.Delta.FromString(m.SerializeToString()))
+    frame = encode(Batch([(3, d)], None, None))
+    over_tcp = msgspec.msgpack.decode(frame[4:], type=wire.Down).deltas[0]
+    for got in (over_grpc, over_tcp):
+        assert parsed.decode(got.parsed) == answer and got.text == "[f()]"

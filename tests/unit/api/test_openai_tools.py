@@ -228,3 +228,16 @@ def test_finish_reasons_are_vllms(
     answer = Answer(tools)
     answer.add(parsed.encode(Parsed(tool_calls=(FIRST,) if called else ())))
     assert answer.finish_reason(reason, whole) == expected
+
+
+def test_a_lagging_streams_deltas_keep_their_parsed_pieces() -> None:
+    from gateway.runtime.stream import ResponseStream
+    from gateway.types import Delta
+
+    stream = ResponseStream(max_pending=2)
+    pieces = [Parsed(tool_calls=(FIRST,)), Parsed(tool_calls=(MORE,)), Parsed(content="")]
+    for i, p in enumerate(pieces):
+        stream.push(Delta([i], "x", parsed=parsed.encode(p)))
+    [merged] = stream.pending
+    assert merged.token_ids == [0, 1, 2]
+    assert parsed.decode(merged.parsed) == parsed.merge(pieces)

@@ -188,3 +188,20 @@ def test_without_a_tool_parser_tool_choice_is_refused_as_vllm_does(tok: Any) -> 
         with pytest.raises(RequestError) as e:
             plain.begin(generation(tools))
         assert e.value.field == "tool_choice" and e.value.message.startswith(message)
+
+
+THOUGHT = "Here is my thought process: rain is likely. Here is my response: take an umbrella."
+
+
+def test_a_reasoning_parser_keeps_reasoning_apart_from_content(tok: Any) -> None:
+    granite = parsers(tok, reasoning_parser="granite")  # (its markers are text)
+    assert granite.reasoning
+    ids = tok.encode(THOUGHT, add_special_tokens=False)
+    for whole in (False, True):
+        chat = granite.begin(generation(None, whole))
+        assert chat is not None  # every chat answer is parsed, tools or not
+        chat.start(PROMPT)
+        answer = parsed.merge(feed(tok, chat, ids, []))
+        assert answer.reasoning is not None and answer.content is not None
+        assert "rain is likely" in answer.reasoning and "umbrella" not in answer.reasoning
+        assert "take an umbrella." in answer.content and "rain" not in answer.content
