@@ -87,7 +87,8 @@ ANSWERED: list[Any] = [
 
 
 @pytest_asyncio.fixture(scope="module")
-async def base_url(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[str]:
+async def served(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[tuple[str, str]]:
+    """The gateway's base URL and gRPC target, in front of a sidecar of the shared engine."""
     require("vllm")
     from engine_sidecar.backends.vllm.backend import VllmBackend
 
@@ -99,16 +100,16 @@ async def base_url(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[str]
     await gateway.start()
     try:
         assert await gateway.fleet.wait_connected(30.0), "the sidecar did not connect"
-        yield f"http://127.0.0.1:{gateway.http_port}/v1"
+        yield f"http://127.0.0.1:{gateway.http_port}/v1", f"127.0.0.1:{gateway.grpc_port}"
     finally:
         await gateway.stop(1.0)
         await sidecar.stop(1.0)
 
 
 @pytest_asyncio.fixture
-async def client(base_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
+async def client(served: tuple[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
     async with openai.AsyncOpenAI(
-        base_url=base_url, api_key="none", max_retries=0, timeout=120.0
+        base_url=served[0], api_key="none", max_retries=0, timeout=120.0
     ) as c:
         yield c
 
@@ -267,3 +268,52 @@ async def test_answers_equal_vllm_serve(
     ) as reference:
         assert await whole(client, body) == await whole(reference, body)
         assert await streamed(client, body) == await streamed(reference, body)
+
+
+async def test_the_grpc_api_streams_the_same_calls(
+    client: openai.AsyncOpenAI, served: tuple[str, str]
+) -> None:
+    """gateway.proto carries tools, the conversation's calls and the parsed pieces."""
+    import grpc
+    from shardgate.v1 import gateway_pb2 as pb
+    from shardgate.v1 import gateway_pb2_grpc as pb_grpc
+
+    http = await streamed(client, _request("required", ANSWERED, max_tokens=96))
+    req = pb.GenerateRequest(
+        model=MODEL,
+        max_tokens=96,
+        temperature=0.0,
+        logit_bias={int(k): v for k, v in _NO_BLANKS.items()},
+        tool_choice="required",
+        tools=[
+            pb.Tool(
+                name=t["function"]["name"],
+                description=t["function"].get("description", ""),
+                parameters=json.dumps(t["function"]["parameters"]),
+            )
+            for t in TOOLS
+        ],
+    )
+    for m in ANSWERED:
+        made = [
+            pb.ToolCall(
+                id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"]
+            )
+            for c in m.get("tool_calls", [])
+        ]
+        msg = req.chat.messages.add(role=m["role"], content=m["content"] or "", tool_calls=made)
+        if "tool_call_id" in m:
+            msg.tool_call_id = m["tool_call_id"]
+    calls: dict[int, list[str]] = {}
+    async with grpc.aio.insecure_channel(served[1]) as channel:
+        responses = [r async for r in pb_grpc.GatewayStub(channel).Generate(req, timeout=120)]
+    for r in responses:
+        for d in r.parsed.tool_calls:
+            if d.index not in calls:
+                assert d.id.startswith("chatcmpl-tool-")
+                calls[d.index] = [d.name, ""]
+            calls[d.index][1] += d.arguments
+    last = responses[-1]
+    assert [(n, a) for n, a in (calls[i] for i in sorted(calls))] == http["calls"]
+    assert last.finish_reason == http["finish"] == "tool_calls"
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == http["usage"]
