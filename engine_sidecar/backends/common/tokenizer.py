@@ -51,6 +51,11 @@ class HfTokenizer:
         eos = getattr(tokenizer, "eos_token_id", None)
         self.eos_token_id: int | None = eos if isinstance(eos, int) else None
 
+    @property
+    def raw(self) -> Any:
+        """The wrapped tokenizer itself (what vLLM's parsers take)."""
+        return self._tok
+
     @classmethod
     def from_pretrained(cls, path: str) -> HfTokenizer:
         from transformers import AutoTokenizer

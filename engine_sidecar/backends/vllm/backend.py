@@ -102,7 +102,8 @@ class VllmBackend:
             c, rank=self._rank, world_size=self._world_size, factory=self._factory
         )
         self.engine = engine
-        self._parsers = ChatParsers(c, engine.llm.get_tokenizer(), engine.llm.model_config)
+        model_config = getattr(engine.llm, "model_config", None)
+        self._parsers = ChatParsers(c, engine.tokenizer.raw, model_config)
         max_len = engine.max_model_len
         self._limits = Limits(c.served_name, max_len, frozenset(c.loras))
         self._max_num_seqs = engine.max_num_seqs

@@ -18,7 +18,7 @@ from typing import Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3  # 3: tools (Generation.tools, Message calls), Delta.parsed
 # gRPC metadata key of the gateway's protocol version on the Link call.
 PROTOCOL_METADATA: Final = "shardgate-link-protocol"
 

@@ -40,7 +40,7 @@ def parsers(tok: Any, **config: Any) -> Any:
     from engine_sidecar.backends.vllm.config import VllmConfig
     from engine_sidecar.backends.vllm.tools import ChatParsers
 
-    return ChatParsers(VllmConfig(model="tiny-llama", **config), tok._tok, None)
+    return ChatParsers(VllmConfig(model="tiny-llama", **config), tok.raw, None)
 
 
 @pytest.fixture(scope="module")
