@@ -26,6 +26,7 @@ from engine_sidecar.server import Sidecar
 from gateway.app import Gateway
 from gateway.config.loader import parse
 from tests.engines import require, vllm_config
+from tests.integration.poll import until_async
 
 pytestmark = pytest.mark.timeout(900)  # may be the first to start the engine and vllm serve
 
@@ -86,9 +87,23 @@ ANSWERED: list[Any] = [
 ]
 
 
+class Served:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.base_url = f"http://127.0.0.1:{gateway.http_port}/v1"
+        self.grpc_target = f"127.0.0.1:{gateway.grpc_port}"
+
+    async def routable(self) -> None:
+        """Wait until the replica is routable (a busy machine, starting `vllm serve`, may
+        have delayed its heartbeats past the gateway's patience)."""
+        await until_async(
+            lambda: self.gateway.fleet.models().get(MODEL, (0, 0))[1] > 0, 120.0, "routable"
+        )
+
+
 @pytest_asyncio.fixture(scope="module")
-async def served(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[tuple[str, str]]:
-    """The gateway's base URL and gRPC target, in front of a sidecar of the shared engine."""
+async def served(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[Served]:
+    """The gateway in front of a sidecar of the shared engine."""
     require("vllm")
     from engine_sidecar.backends.vllm.backend import VllmBackend
 
@@ -100,16 +115,16 @@ async def served(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[tuple[
     await gateway.start()
     try:
         assert await gateway.fleet.wait_connected(30.0), "the sidecar did not connect"
-        yield f"http://127.0.0.1:{gateway.http_port}/v1", f"127.0.0.1:{gateway.grpc_port}"
+        yield Served(gateway)
     finally:
         await gateway.stop(1.0)
         await sidecar.stop(1.0)
 
 
 @pytest_asyncio.fixture
-async def client(served: tuple[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
+async def client(served: Served) -> AsyncIterator[openai.AsyncOpenAI]:
     async with openai.AsyncOpenAI(
-        base_url=served[0], api_key="none", max_retries=0, timeout=120.0
+        base_url=served.base_url, api_key="none", max_retries=0, timeout=120.0
     ) as c:
         yield c
 
@@ -260,9 +275,14 @@ CASES = [
 
 @pytest.mark.parametrize(("tool_choice", "messages"), CASES)
 async def test_answers_equal_vllm_serve(
-    client: openai.AsyncOpenAI, vllm_server: str, tool_choice: Any, messages: list[Any]
+    client: openai.AsyncOpenAI,
+    served: Served,
+    vllm_server: str,
+    tool_choice: Any,
+    messages: list[Any],
 ) -> None:
     body = _request(tool_choice, messages, max_tokens=96)
+    await served.routable()
     async with openai.AsyncOpenAI(
         base_url=vllm_server + "/v1", api_key="none", max_retries=0, timeout=120.0
     ) as reference:
@@ -271,7 +291,7 @@ async def test_answers_equal_vllm_serve(
 
 
 async def test_the_grpc_api_streams_the_same_calls(
-    client: openai.AsyncOpenAI, served: tuple[str, str]
+    client: openai.AsyncOpenAI, served: Served
 ) -> None:
     """gateway.proto carries tools, the conversation's calls and the parsed pieces."""
     import grpc
@@ -305,7 +325,7 @@ async def test_the_grpc_api_streams_the_same_calls(
         if "tool_call_id" in m:
             msg.tool_call_id = m["tool_call_id"]
     calls: dict[int, list[str]] = {}
-    async with grpc.aio.insecure_channel(served[1]) as channel:
+    async with grpc.aio.insecure_channel(served.grpc_target) as channel:
         responses = [r async for r in pb_grpc.GatewayStub(channel).Generate(req, timeout=120)]
     for r in responses:
         for d in r.parsed.tool_calls:
