@@ -84,6 +84,8 @@ class EngineDelta:
     # With logprobs asked for: one entry per token id.
     logprobs: list[Logprobs] | None = None
     stop_sequence: str = ""  # on the last delta: the stop string that ended it, if one did
+    # A chat request whose output the engine parses: shardgate/v1/parsed.py `Parsed`, msgpack.
+    parsed: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,8 @@ def fill_delta(m: pb.Delta, key: int, d: EngineDelta) -> None:
         m.error_code = d.error_code  # type: ignore[assignment]
         m.error_message = d.error_message
         m.error_field = d.error_field
+    if d.parsed:
+        m.parsed = d.parsed
 
 
 def fill_load(m: pb.LoadReport, seq: int, s: LoadSnapshot, held: int) -> None:

@@ -45,6 +45,7 @@ def encode(batch: Batch) -> bytes:
             d.error_field,
             d.logprobs,
             d.stop_sequence,
+            d.parsed,
         )
         for key, d in batch.items
     ]

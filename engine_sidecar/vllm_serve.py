@@ -17,7 +17,7 @@ import importlib.metadata
 import sys
 from typing import Any
 
-from engine_sidecar.backends.vllm.args import engine_kwargs
+from engine_sidecar.backends.vllm.args import SERVER_FLAGS, engine_kwargs
 from engine_sidecar.backends.vllm.config import VllmConfig
 
 # Engine arguments the server takes under another flag, or not as a flag at all.
@@ -30,6 +30,10 @@ def serve_argv(config: VllmConfig, port: int, *extra: str, host: str = "127.0.0.
     argv = ["serve", str(kwargs["model"]), "--host", host, "--port", str(port)]
     for name, value in kwargs.items():
         if name not in _SKIP:
+            argv.extend(_flag(name, value))
+    for name in SERVER_FLAGS:
+        value = getattr(config, name)
+        if value:
             argv.extend(_flag(name, value))
     argv.extend(extra)
     return argv

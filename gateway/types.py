@@ -46,6 +46,7 @@ class GenerationRequest(GenerationView):
             prompt_token_ids=prompt_token_ids,
             priority=priority or 0,
             lora=lora,
+            parse_whole=not stream,
         )
         self.stream = stream
         self.include_usage = include_usage
@@ -136,6 +137,7 @@ class Delta:
     logprobs: list[Logprobs] | None = None  # one per token id, when asked for
     # On the last delta of a generation a stop string ended: that string.
     stop_sequence: str = ""
+    parsed: bytes = b""  # shardgate/v1/parsed.py `Parsed` (msgpack): a parsed chat answer's
 
 
 def keepalive() -> Delta:

@@ -39,5 +39,7 @@ def vllm_config(tiny_dir: Path) -> VllmConfig:
         max_num_seqs=VLLM_MAX_NUM_SEQS,
         max_num_batched_tokens=1024,
         kv_cache_memory_bytes=64 << 20,
+        enable_auto_tool_choice=True,
+        tool_call_parser="pythonic",
         env={"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"},
     )

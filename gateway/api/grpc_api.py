@@ -12,6 +12,8 @@ import msgspec
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
+from gateway.api.grpc_tools import fill_parsed, message_of, tools_of_request
+from gateway.api.openai.answer import Answer
 from gateway.api.openai.protocol import sampling_of
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
@@ -24,7 +26,6 @@ from gateway.types import (
     GenerationRequest,
     InvalidRequest,
     Logprobs,
-    Message,
     Sampling,
 )
 
@@ -77,7 +78,7 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
         raise InvalidRequest("at most 4 stop sequences", "stop")
     if m.request_id and not _REQUEST_ID.match(m.request_id):
         raise InvalidRequest("request_id must be 1-128 of [A-Za-z0-9._:-]", "request_id")
-    return GenerationRequest(
+    out = GenerationRequest(
         request_id=m.request_id or new_request_id(),
         model=m.model,
         sampling=sampling_of(
@@ -86,13 +87,13 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
             m.logprobs if m.HasField("logprobs") else None,
         ),
         prompt=m.prompt if which == "prompt" else None,
-        messages=(
-            tuple(Message(x.role, x.content) for x in m.chat.messages) if which == "chat" else None
-        ),
+        messages=(tuple(message_of(x) for x in m.chat.messages) if which == "chat" else None),
         stream=True,
         priority=m.priority if m.HasField("priority") else None,
         session_id=m.session_id,
     )
+    out.generation.tools = tools_of_request(m)
+    return out
 
 
 # GenerateRequest's sampling fields: those named as the one definition's (params.Sampling), so
@@ -160,6 +161,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         gen.arm(deadline, self.settings.first_token_timeout_s)
         counted = 0
         prompt = cached = 0
+        answer = Answer(req.generation.tools)
         try:
             batch = await gen.take()
             while batch and not gen.began:  # keep-alives while queued: HTTP/2 pings do that
@@ -178,9 +180,12 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                     out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
                     if d.logprobs:
                         fill_logprobs(out, d.logprobs)
+                    if d.parsed:
+                        fill_parsed(out, answer.add(d.parsed))
                     if d.finish:
                         completion = d.completion_tokens or counted
-                        out.finish_reason = FINISH_REASON.get(d.finish, "stop")
+                        reason = FINISH_REASON.get(d.finish, "stop")
+                        out.finish_reason = answer.finish_reason(reason, whole=False)
                         out.model = req.served_model
                         out.usage.prompt_tokens = prompt
                         out.usage.completion_tokens = completion

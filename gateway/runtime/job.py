@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from shardgate.v1.params import not_resumable
+from shardgate.v1.params import not_resumable, tools_not_resumable
 
 from gateway.runtime.events import EventQueue, Failed, Finished, Left
 from gateway.runtime.lifecycle import TABLE, Move, State, stale
@@ -95,7 +95,9 @@ class Job:
         self.arrival = arrival
         self.generated: list[int] = []
         # What keeps it from resuming exactly elsewhere (empty: it can resume).
-        self.pinned = not_resumable(request.sampling)
+        self.pinned = not_resumable(request.sampling) + tools_not_resumable(
+            request.generation.tools
+        )
         self.prompt_tokens = 0
         self.state = State.QUEUED
         self.attempt = 0  # placements so far: an event of an earlier attempt is stale

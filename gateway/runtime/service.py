@@ -101,6 +101,8 @@ class Service:
     def _check_capabilities(self, req: GenerationRequest) -> None:
         """A field the model's engines cannot honour is refused by name, never ignored."""
         wanted = asked(req.sampling)
+        if req.generation.tools is not None:
+            wanted.append("tools")
         if not wanted:
             return
         honoured = self.fleet.capabilities.get(req.model, frozenset())

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from shardgate.v1 import parsed
+
 from gateway.types import Delta, GatewayError
 
 
 def merge(deltas: list[Delta]) -> Delta:
     out = Delta(token_ids=[], text="")
     texts = []
+    answers: list[parsed.Parsed] = []
     for d in deltas:
         out.token_ids.extend(d.token_ids)
         texts.append(d.text)
@@ -23,6 +26,8 @@ def merge(deltas: list[Delta]) -> Delta:
             if out.logprobs is None:
                 out.logprobs = []
             out.logprobs.extend(d.logprobs)
+        if d.parsed:
+            answers.append(parsed.decode(d.parsed))
         if d.prompt_tokens:
             out.prompt_tokens = d.prompt_tokens
             out.cached_tokens = d.cached_tokens
@@ -31,6 +36,8 @@ def merge(deltas: list[Delta]) -> Delta:
             out.completion_tokens = d.completion_tokens
             out.stop_sequence = d.stop_sequence
     out.text = "".join(texts)
+    if answers:
+        out.parsed = parsed.encode(parsed.merge(answers))
     return out
 
 

@@ -90,6 +90,7 @@ def from_pb_delta(d: pb.Delta) -> WireDelta:
         d.error_field,
         params.decode_logprobs(d.logprobs) if d.logprobs else None,
         d.stop_sequence,
+        d.parsed,
     )
 
 

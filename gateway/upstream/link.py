@@ -235,10 +235,12 @@ class EngineLink:
                         continue
                     finish = d.finish
                     if not finish and not d.prompt_tokens:
-                        if d.logprobs is None:
+                        if d.logprobs is None and not d.parsed:
                             stream.push(Delta(d.token_ids, d.text))
                         else:
-                            stream.push(Delta(d.token_ids, d.text, logprobs=d.logprobs))
+                            stream.push(
+                                Delta(d.token_ids, d.text, logprobs=d.logprobs, parsed=d.parsed)
+                            )
                         continue
                     if finish:
                         del streams[d.key]
@@ -258,6 +260,7 @@ class EngineLink:
                             d.completion_tokens,
                             d.logprobs,
                             d.stop_sequence,
+                            d.parsed,
                         )
                     )
                 return

@@ -104,6 +104,9 @@ def test_health_and_reflection(channel: grpc.Channel) -> None:
     assert {"shardgate.v1.Gateway", "grpc.health.v1.Health"} <= names
 
 
+_CHAT = pb.Messages(messages=[pb.Message(role="user", content="hi")])
+
+
 @pytest.mark.parametrize(
     ("extra", "param", "message"),
     [
@@ -115,6 +118,18 @@ def test_health_and_reflection(channel: grpc.Channel) -> None:
             "structured_outputs",
             "not supported by its engine",
         ),
+        ({"tools": [pb.Tool(name="f")], "chat": _CHAT}, "tools", "not supported by its engine"),
+        ({"tools": [pb.Tool(name="f")]}, "tools", "tools are for chat requests"),
+        (
+            {"tools": [pb.Tool(name="f", parameters="{")], "chat": _CHAT},
+            "tools[0].parameters",
+            "must be a JSON schema",
+        ),
+        (
+            {"tools": [pb.Tool(name="f")], "tool_choice_function": "g", "chat": _CHAT},
+            "tool_choice",
+            "does not match any of the specified `tools`",
+        ),
         ({"min_p": 1.5}, "min_p", "between 0 and 1"),
         ({"frequency_penalty": -3.0}, "frequency_penalty", "between -2 and 2"),
     ],
@@ -123,7 +138,9 @@ def test_sampling_fields_are_refused_by_name_where_the_engine_cannot_honour_them
     channel: grpc.Channel, extra: dict[str, Any], param: str, message: str
 ) -> None:
     stub = pb_grpc.GatewayStub(channel)
-    req = pb.GenerateRequest(model="sim-llama", prompt="hi", max_tokens=4, **extra)
+    if "chat" not in extra:
+        extra = {"prompt": "hi", **extra}
+    req = pb.GenerateRequest(model="sim-llama", max_tokens=4, **extra)
     with pytest.raises(grpc.RpcError) as e:
         list(stub.Generate(req, timeout=10))
     err: Any = e.value

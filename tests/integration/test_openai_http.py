@@ -225,6 +225,14 @@ def test_unknown_route_is_json_404(cluster: Cluster) -> None:
         ({"extra_body": {"allowed_token_ids": [3]}}, "allowed_token_ids"),
         ({"logprobs": True}, "logprobs"),
         ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "f"}},
+            },
+            "tools",
+        ),
     ],
 )
 def test_a_field_the_engine_cannot_honour_is_400_naming_it(
@@ -243,8 +251,8 @@ def test_a_field_the_engine_cannot_honour_is_400_naming_it(
     ("extra", "param"),
     [
         ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),  # (and no tools)
+        ({"top_logprobs": 2}, "top_logprobs"),
         ({"extra_body": {"structured_outputs": {"choice": ["a"]}}}, "structured_outputs"),
     ],
 )

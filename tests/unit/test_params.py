@@ -7,6 +7,7 @@ import msgspec
 import pytest
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import params, wire
+from shardgate.v1.params import ToolCall, Tools
 
 from engine_sidecar import convert as sidecar
 from engine_sidecar.backend import RequestError
@@ -29,10 +30,16 @@ REQUEST = GenerationRequest(
         min_tokens=3,
         allowed_token_ids=(5, 9),
     ),
-    messages=(Message("system", "be brief"), Message("user", "hi")),
+    messages=(
+        Message("system", "be brief"),
+        Message("user", "hi"),
+        Message("assistant", "", (ToolCall("c1", "f", '{"a": 1}'),)),
+        Message("tool", "2", tool_call_id="c1"),
+    ),
     priority=3,
     lora="a1",
 )
+REQUEST.generation.tools = Tools(tools='[{"type": "function"}]', choice="function", function="f")
 
 
 def test_engine_proto_carries_the_definition_not_its_fields() -> None:
@@ -100,3 +107,23 @@ def test_the_grpc_api_takes_every_sampling_field() -> None:
     for f in msgspec.structs.fields(Sampling):
         name = "structured_outputs" if f.name == "structured" else f.name
         assert name in fields, f"gateway.proto GenerateRequest lacks {name}"
+
+
+def test_both_transports_deliver_a_parsed_answer_unchanged() -> None:
+    from shardgate.v1 import parsed
+
+    from engine_sidecar.backend import EngineDelta
+    from engine_sidecar.link import Batch
+    from engine_sidecar.tcp_link import encode
+
+    answer = parsed.Parsed(
+        content="", tool_calls=(parsed.ToolCallDelta(index=0, id="c", name="f", arguments="{}"),)
+    )
+    d = EngineDelta(3, [7], "[f()]", parsed=parsed.encode(answer))
+    m = pb.Delta()
+    sidecar.fill_delta(m, 3, d)
+    over_grpc = gateway.from_pb_delta(pb.Delta.FromString(m.SerializeToString()))
+    frame = encode(Batch([(3, d)], None, None))
+    over_tcp = msgspec.msgpack.decode(frame[4:], type=wire.Down).deltas[0]
+    for got in (over_grpc, over_tcp):
+        assert parsed.decode(got.parsed) == answer and got.text == "[f()]"

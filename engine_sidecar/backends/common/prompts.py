@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from shardgate.v1.params import Message as ChatMessage
 
@@ -26,7 +26,9 @@ class PromptTokenizer(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
-    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]: ...
+    def encode_chat(
+        self, messages: Sequence[ChatMessage], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]: ...
 
 
 class DecodesIds(Protocol):
@@ -88,12 +90,17 @@ def _check_ids(ids: Sequence[int], vocab_size: int, what: str, field: str) -> No
         raise RequestError(_BAD, f"{what} must be in [0, {vocab_size})", field)
 
 
-def tokenize(r: EngineRequest, limits: Limits, tokenizer: PromptTokenizer) -> list[int]:
-    """The prompt's token ids as a generation would have them (the chat template applied),
-    with no check of its length: what /tokenize answers."""
+def tokenize(
+    r: EngineRequest,
+    limits: Limits,
+    tokenizer: PromptTokenizer,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int]:
+    """The prompt's token ids as a generation would have them (the chat template applied,
+    with `tools`), with no check of its length: what /tokenize answers."""
     check_request(r, limits)
     if r.messages is not None:
-        return tokenizer.encode_chat(r.messages) if r.messages else []
+        return tokenizer.encode_chat(r.messages, tools) if r.messages else []
     return tokenizer.encode(r.prompt) if r.prompt else list(r.prompt_token_ids or ())
 
 
@@ -105,13 +112,19 @@ def detokenize(model: str, ids: Sequence[int], limits: Limits, tokenizer: Decode
     return tokenizer.decode(ids)
 
 
-def prepare(r: EngineRequest, limits: Limits, tokenizer: PromptTokenizer) -> Prepared:
+def prepare(
+    r: EngineRequest,
+    limits: Limits,
+    tokenizer: PromptTokenizer,
+    tools: list[dict[str, Any]] | None = None,
+) -> Prepared:
+    """`tools`: for the chat template (as it takes them)."""
     check_request(r, limits)
     max_tokens = r.sampling.max_tokens
     vocab = tokenizer.vocab_size
     if r.messages is not None:
         field = what = "messages"
-        ids = tokenizer.encode_chat(r.messages) if r.messages else []
+        ids = tokenizer.encode_chat(r.messages, tools) if r.messages else []
     elif r.prompt is not None:
         field = what = "prompt"
         ids = tokenizer.encode(r.prompt) if r.prompt else []

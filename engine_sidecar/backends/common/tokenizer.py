@@ -2,10 +2,44 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from shardgate.v1.params import Message as ChatMessage
+
+# Tools as a chat template takes them (a JSON schema each; HF's `tools=`).
+TemplateTools = list[dict[str, Any]]
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    """A call's arguments as chat templates take them: an object (vLLM's coercion: text that
+    is no JSON object is an empty one)."""
+    try:
+        value = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def conversation(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """The messages as a chat template takes them (as vLLM renders them)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        d: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            d["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": _arguments(c.arguments)},
+                }
+                for c in m.tool_calls
+            ]
+        if m.tool_call_id is not None:
+            d["tool_call_id"] = m.tool_call_id
+        out.append(d)
+    return out
 
 
 class HfTokenizer:
@@ -18,8 +52,8 @@ class HfTokenizer:
         self.eos_token_id: int | None = eos if isinstance(eos, int) else None
 
     @property
-    def inner(self) -> Any:
-        """The wrapped tokenizer (an engine's own functions take it)."""
+    def raw(self) -> Any:
+        """The wrapped tokenizer itself (what vLLM's parsers take)."""
         return self._tok
 
     @classmethod
@@ -34,14 +68,15 @@ class HfTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=True))
 
-    def chat_text(self, messages: Sequence[ChatMessage]) -> str:
+    def chat_text(self, messages: Sequence[ChatMessage], tools: TemplateTools | None = None) -> str:
         """The conversation rendered by the model's chat template, ready for generation."""
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
         text = self._tok.apply_chat_template(
-            conversation, tokenize=False, add_generation_prompt=True
+            conversation(messages), tools=tools, tokenize=False, add_generation_prompt=True
         )
         return str(text)
 
-    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
+    def encode_chat(
+        self, messages: Sequence[ChatMessage], tools: TemplateTools | None = None
+    ) -> list[int]:
         # The template writes any special tokens itself (vLLM's chat path does the same).
-        return self.encode(self.chat_text(messages), add_special_tokens=False)
+        return self.encode(self.chat_text(messages, tools), add_special_tokens=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from shardgate.v1.params import Message as ChatMessage
 
@@ -139,7 +140,10 @@ class SimTokenizer:
         raw = b"".join(split(t) or self.decode_token(t).encode() for t in ids)
         return raw.decode(errors="replace")
 
-    def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
+    def encode_chat(
+        self, messages: Sequence[ChatMessage], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """(`tools`: the sim's engine takes none, see its capabilities.)"""
         return self.encode(self.apply_chat_template(messages))
 
     def apply_chat_template(self, messages: Sequence[ChatMessage]) -> str:

@@ -25,7 +25,10 @@ _TYPED = (
     "enforce_eager",
     "scheduling_policy",
     "load_format",
+    "reasoning_parser",  # (also the engine's: structured outputs start after the reasoning)
 )
+# `vllm serve`'s own flags (not engine arguments) of the sidecar's `vllm:` section.
+SERVER_FLAGS = ("enable_auto_tool_choice", "tool_call_parser", "tool_parser_plugin")
 
 
 def resolve_model(config: VllmConfig) -> tuple[str, str]:

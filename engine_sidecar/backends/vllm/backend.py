@@ -24,6 +24,7 @@ from engine_sidecar.backend import (
     RequestError,
 )
 from engine_sidecar.backends.common.batcher import StepBatcher
+from engine_sidecar.backends.common.detokenizer import IncrementalDetokenizer
 from engine_sidecar.backends.common.prompts import (
     Limits,
     Prepared,
@@ -50,6 +51,7 @@ from engine_sidecar.backends.vllm.sampling import (
     sampling_params,
 )
 from engine_sidecar.backends.vllm.text import own_text
+from engine_sidecar.backends.vllm.tools import ChatParse, ChatParsers, template_tools
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ class VllmBackend:
         self._requests: dict[int, tuple[asyncio.Task[None], Usage]] = {}
         self._cancelled: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self._parsers: ChatParsers | None = None
 
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
@@ -89,7 +92,8 @@ class VllmBackend:
         card = ModelCard(c.served_name, self._limits.max_model_len, tuple(sorted(c.loras)))
         extra = {"engine": "vllm", "tp": str(c.tensor_parallel_size)}
         extra["pp"] = str(c.pipeline_parallel_size)
-        return BackendInfo("vllm", (card,), self._max_num_seqs, extra, CAPABILITIES)
+        caps = CAPABILITIES | {"tools"} | ({"reasoning"} if c.reasoning_parser else set())
+        return BackendInfo("vllm", (card,), self._max_num_seqs, extra, caps)
 
     async def start(self, sink: DeltaSink) -> None:
         if self.engine is not None:
@@ -99,6 +103,8 @@ class VllmBackend:
             c, rank=self._rank, world_size=self._world_size, factory=self._factory
         )
         self.engine = engine
+        model_config = getattr(engine.llm, "model_config", None)
+        self._parsers = ChatParsers(c, engine.tokenizer.raw, model_config)
         max_len = engine.max_model_len
         self._limits = Limits(c.served_name, max_len, frozenset(c.loras))
         self._max_num_seqs = engine.max_num_seqs
@@ -125,14 +131,19 @@ class VllmBackend:
             engine.shutdown(self.config.shutdown_timeout_s)
 
     def submit(self, request: EngineRequest) -> None:
-        p = self._validate(request)
+        p, chat = self._validate(request)
         assert self._batcher is not None
         usage = Usage(request.key, len(p.prompt_ids), p.resumed)
+        if chat is not None:
+            self._start_parse(chat, request, p)
         if p.max_tokens == 0:  # resumed with all its tokens already
-            self._batcher.add(usage.delta([], "", Finish.LENGTH))
+            d = usage.delta([], "", Finish.LENGTH)
+            if chat is not None:
+                d.parsed = chat.feed("", [], True)
+            self._batcher.add(d)
             return
         task = asyncio.get_running_loop().create_task(
-            self._generate(request, p, usage), name=f"vllm-{request.key}"
+            self._generate(request, p, usage, chat), name=f"vllm-{request.key}"
         )
         self._requests[request.key] = (task, usage)
 
@@ -175,12 +186,12 @@ class VllmBackend:
         return engine.tokenizer
 
     def tokenize(self, r: EngineRequest) -> list[int]:
-        return tokenize(r, self._limits, self._tokenizer())
+        return tokenize(r, self._limits, self._tokenizer(), template_tools(r.generation))
 
     def detokenize(self, model: str, ids: list[int]) -> str:
         return detokenize(model, ids, self._limits, self._tokenizer())
 
-    def _validate(self, r: EngineRequest) -> Prepared:
+    def _validate(self, r: EngineRequest) -> tuple[Prepared, ChatParse | None]:
         engine = self.engine
         if engine is None or self._stopped:
             raise RequestError(ErrorCode.UNAVAILABLE, "the vLLM engine is not running")
@@ -188,9 +199,20 @@ class VllmBackend:
             raise RequestError(ErrorCode.UNAVAILABLE, "the vLLM engine is dead")
         if r.key in self._requests:
             raise RequestError(ErrorCode.INVALID_ARGUMENT, f"duplicate request key {r.key}", "key")
-        return prepare(r, self._limits, engine.tokenizer)
+        assert self._parsers is not None
+        chat = self._parsers.begin(r.generation)
+        tools = template_tools(r.generation, chat)
+        return prepare(r, self._limits, engine.tokenizer, tools), chat
 
-    async def _generate(self, r: EngineRequest, p: Prepared, usage: Usage) -> None:
+    def _start_parse(self, chat: ChatParse, r: EngineRequest, p: Prepared) -> None:
+        """The parse starts after the prompt and the tokens resumed (each with its text)."""
+        assert self.engine is not None
+        detok = IncrementalDetokenizer(self.engine.tokenizer, p.prompt_ids)
+        chat.start(p.prompt_ids, [(detok.add((t,)), t) for t in r.resume_token_ids])
+
+    async def _generate(
+        self, r: EngineRequest, p: Prepared, usage: Usage, chat: ChatParse | None
+    ) -> None:
         from vllm.inputs import TokensPrompt
 
         batcher, engine = self._batcher, self.engine
@@ -200,10 +222,12 @@ class VllmBackend:
             text = own_text(engine.tokenizer, p.prompt_ids, r.resume_token_ids, r.sampling)
             logprob_texts = None
             if text is not None and r.sampling.logprobs is not None:
-                logprob_texts = TokenTexts(engine.tokenizer.inner, r.resume_token_ids)
+                logprob_texts = TokenTexts(engine.tokenizer.raw, r.resume_token_ids)
             params = sampling_params(
                 r.sampling, p.max_tokens, detokenize=text is None, resumed=len(r.resume_token_ids)
             )
+            if chat is not None and chat.structured_outputs is not None:
+                params.structured_outputs = chat.structured_outputs  # the tool choice's grammar
             outputs = engine.llm.generate(
                 TokensPrompt(prompt_token_ids=p.engine_ids),
                 params,
@@ -215,6 +239,8 @@ class VllmBackend:
             async with contextlib.aclosing(outputs):
                 async for out in outputs:
                     delta = to_delta(usage, out, text, logprob_texts)
+                    if chat is not None:
+                        delta.parsed = chat.feed(delta.text, delta.token_ids, bool(delta.finish))
                     batcher.add(delta)
                     if delta.finish and not out.finished:
                         break
@@ -223,7 +249,10 @@ class VllmBackend:
         except Exception as e:
             if r.key in self._requests:
                 structured = r.sampling.structured
-                batcher.add(error_delta(usage, e, structured.field if structured else ""))
+                field = structured.field if structured else ""
+                if chat is not None and chat.structured_outputs is not None:
+                    field = "tools"
+                batcher.add(error_delta(usage, e, field))
         finally:
             entry = self._requests.get(r.key)
             if entry is not None and entry[0] is asyncio.current_task():

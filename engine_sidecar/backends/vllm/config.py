@@ -50,6 +50,14 @@ class VllmConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     tiny_model_dir: str | None = None
     # Seconds to wait for the engine processes to exit on stop.
     shutdown_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    # Tool calls and reasoning, as `vllm serve`'s flags of the same names: tool_choice "auto"
+    # needs enable_auto_tool_choice and a tool_call_parser ("pythonic", "hermes", ...: vLLM's
+    # ToolParserManager); tool_parser_plugin is a file that registers more parsers;
+    # reasoning_parser splits the answer's reasoning from its content.
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    tool_parser_plugin: str | None = None
+    reasoning_parser: str | None = None
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -57,6 +65,8 @@ class VllmConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
         clash = sorted(set(self.engine_args) & set(self.__struct_fields__))
         if clash:
             raise ValueError(f"vllm.engine_args repeats typed fields: {clash}")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("vllm.enable_auto_tool_choice requires vllm.tool_call_parser")
 
     @property
     def served_name(self) -> str:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from gateway import tasks
 from gateway.api.openai import encode
+from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
 from gateway.runtime.job import Job
@@ -47,6 +48,7 @@ class Choices:
         self._items: asyncio.Queue[_Item] = asyncio.Queue()
         self._pumps: list[asyncio.Task[None]] = []
         self.tallies = [Tally() for _ in children]
+        self.answers = [Answer(req.generation.tools) for _ in children]
 
     def arm(self, deadline: float, first_output_s: float) -> None:
         for job in self.jobs:
@@ -100,11 +102,18 @@ class Choices:
                 texts[index].append(d.text)
                 if d.logprobs:
                     lps[index].extend(d.logprobs)
+                if d.parsed:
+                    self.answers[index].add(d.parsed)
         choices = []
+        chat = self.kind == "chat"
         for i in range(n):
-            fmt = formatter(self.kind == "chat", req.sampling.logprobs)
+            fmt = formatter(chat, req.sampling.logprobs)
             logprobs = fmt(lps[i]) if fmt is not None else None
-            choices.append(encode.Choice("".join(texts[i]), self.tallies[i].reason, logprobs))
+            answer = self.answers[i]
+            reason = answer.finish_reason(self.tallies[i].reason, whole=True)
+            whole = answer.whole
+            message = message_of(whole) if chat and whole is not None else None
+            choices.append(encode.Choice("".join(texts[i]), reason, logprobs, message))
         encoder = encode.encode_chat_completion if self.kind == "chat" else encode.encode_completion
         body = encoder(req.request_id, req.served_model, int(time.time()), choices, self.usage())
         headers = response_headers(self.jobs[0])
@@ -134,16 +143,21 @@ class Choices:
         try:
             while left:
                 index, batch, _ = await self._next()
-                tally = self.tallies[index]
+                tally, answer, enc = self.tallies[index], self.answers[index], encs[index]
                 if not batch:
                     left -= 1
-                    encs[index].finish_chunk_into(buf, tally.reason)
+                    enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
                 for d in batch:
-                    if d.token_ids or d.text:
+                    if d.token_ids or d.text or d.parsed:
                         if not began:
                             began = True
                             self._begin(buf, encs)
-                        encs[index].token_chunk_into(buf, d.text, d.logprobs)
+                        if d.parsed:  # an answer its engine parsed: its pieces
+                            delta = delta_of(answer.add(d.parsed))
+                            if delta is not None:
+                                enc.delta_chunk_into(buf, delta, d.logprobs)
+                        else:
+                            enc.token_chunk_into(buf, d.text, d.logprobs)
                     elif not d.finish and not d.prompt_tokens:
                         buf += KEEPALIVE  # queued or preempted: keep the connection alive
                     tally.add(d)

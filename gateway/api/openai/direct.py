@@ -46,7 +46,7 @@ class DirectSink:
         self._dirty = False  # holds frames, and is on the flusher's list
 
     def __call__(self, d: Delta) -> bool:
-        if d.finish or not (d.token_ids or d.text):
+        if d.finish or d.parsed or not (d.token_ids or d.text):
             return False
         if not self._dirty:  # the first frame of this message: is the client keeping up?
             t = self._transport

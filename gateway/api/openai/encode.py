@@ -46,6 +46,17 @@ def _scrub(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def _scrub_all(value: Any) -> Any:
+    """`value` (JSON-like) with every string scrubbed."""
+    if isinstance(value, str):
+        return _scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrub_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_all(v) for v in value]
+    return value
+
+
 def _usage(usage: Usage) -> dict[str, Any]:
     return {
         "prompt_tokens": usage.prompt_tokens,
@@ -59,6 +70,7 @@ class ChunkEncoder:
     """Renders the SSE events of one streamed response (chat or text completion)."""
 
     __slots__ = (
+        "_choice",
         "_finish_prefix",
         "_head",
         "_logprobs",
@@ -101,6 +113,7 @@ class ChunkEncoder:
         self._head = head
         self._logprobs = logprobs
         choice = b'[{"index":%d,' % index
+        self._choice = choice
         if kind == "chat":
             self._role_chunk = (
                 head + choice + b'"delta":{"role":"assistant","content":""}' + _NO_CHOICE_TAIL
@@ -137,6 +150,28 @@ class ChunkEncoder:
         _encode_into(fmt(logprobs), buf, -1)
         buf += b',"finish_reason":null}]}\n\n'
 
+    def delta_chunk_into(
+        self, buf: bytearray, delta: dict[str, Any], logprobs: list[Logprobs] | None = None
+    ) -> None:
+        """Append one chat SSE event whose `delta` is `delta` (a parsed answer's piece), with
+        its tokens' logprobs."""
+        buf += self._head
+        buf += self._choice
+        buf += b'"delta":'
+        start = len(buf)
+        try:
+            _encode_into(delta, buf, -1)
+        except UnicodeEncodeError:  # lone surrogates (what was written of the delta goes)
+            del buf[start:]
+            _encode_into(_scrub_all(delta), buf, -1)
+        fmt = self._logprobs
+        if fmt is None or logprobs is None:
+            buf += _NO_CHOICE_TAIL
+            return
+        buf += b',"logprobs":'
+        _encode_into(fmt(logprobs), buf, -1)
+        buf += b',"finish_reason":null}]}\n\n'
+
     def finish_chunk_into(self, buf: bytearray, finish_reason: str) -> None:
         """Append the event with an empty delta/text and `finish_reason` to `buf`."""
         buf += self._finish_prefix
@@ -163,12 +198,14 @@ class Choice(msgspec.Struct, frozen=True):
     text: str
     finish_reason: str
     logprobs: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None  # a chat answer's parsed message (tools, reasoning)
 
 
 def encode_chat_completion(
     request_id: str, model: str, created: int, choices: list[Choice], usage: Usage
 ) -> bytes:
-    """The body of a non-streaming chat completion (``"object": "chat.completion"``)."""
+    """The body of a non-streaming chat completion (``"object": "chat.completion"``);
+    `message` replaces the one of `text` (an answer its engine parsed)."""
     return _encode(
         {
             "id": "chatcmpl-" + request_id,
@@ -178,7 +215,7 @@ def encode_chat_completion(
             "choices": [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": c.text},
+                    "message": c.message or {"role": "assistant", "content": c.text},
                     "logprobs": c.logprobs,
                     "finish_reason": c.finish_reason,
                 }

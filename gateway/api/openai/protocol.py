@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from gateway.api.openai.structured import structured_of
+from gateway.api.openai.tools import ToolCallParam, tool_calls_of, tools_of
 from gateway.api.openai.validation import (
     EXPECTED,
     EXPECTED_CHAT,
@@ -75,6 +76,8 @@ class ChatMessage(msgspec.Struct):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallParam] | None = None  # an assistant's
+    tool_call_id: str | None = None  # a tool message's
 
 
 class StreamOptions(msgspec.Struct):
@@ -130,7 +133,7 @@ class _Common(msgspec.Struct, kw_only=True):
     truncate_prompt_tokens: int | None = None  # vLLM extension
     add_special_tokens: bool | None = None  # vLLM extension
     # Accepted and without effect on the output: user, metadata, store, service_tier,
-    # parallel_tool_calls (no tools are served), and any field not declared here.
+    # and any field not declared here.
 
 
 class ChatCompletionRequest(_Common, kw_only=True):
@@ -144,6 +147,7 @@ class ChatCompletionRequest(_Common, kw_only=True):
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
     documents: list[Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(_Common, kw_only=True):
@@ -163,10 +167,6 @@ _COMPLETION_DECODER: Final = msgspec.json.Decoder(CompletionRequest)
 
 def _check_unserved(req: _Common) -> None:
     """Fields the gateway does not serve yet, refused by name when they ask for something."""
-    if req.tools:
-        raise not_served("tools", "tool calling is not served yet")
-    if req.tool_choice is not None and req.tool_choice != "none":
-        raise not_served("tool_choice", "tool calling is not served yet")
     if req.prompt_logprobs is not None:
         raise not_served("prompt_logprobs", "prompt logprobs are not served")
     if req.logprob_token_ids:
@@ -179,6 +179,13 @@ def _check_unserved(req: _Common) -> None:
         raise not_served("return_token_ids", "token ids are not returned yet")
     if req.truncate_prompt_tokens is not None:
         raise not_served("truncate_prompt_tokens", "prompts are not truncated")
+
+
+def _no_tools(req: _Common, why: str) -> None:
+    if req.tools:
+        raise not_served("tools", why)
+    if req.tool_choice is not None and req.tool_choice != "none":
+        raise not_served("tool_choice", why)
 
 
 def _check_common(req: _Common) -> None:
@@ -295,6 +302,8 @@ def message_of(i: int, msg: ChatMessage) -> Message:
     # Chat templates rarely know OpenAI's "developer" role; it means "system" there.
     role = "system" if msg.role == "developer" else msg.role
     content = msg.content
+    if msg.tool_calls or msg.tool_call_id is not None:
+        return _tool_message(i, msg, role)
     if isinstance(content, str):
         return Message(role, content)
     if content is None:
@@ -305,6 +314,29 @@ def message_of(i: int, msg: ChatMessage) -> Message:
                 param,
             )
         return Message(role, "")
+    return Message(role, _text_of(i, content))
+
+
+def _tool_message(i: int, msg: ChatMessage, role: str) -> Message:
+    """An assistant's message with tool calls, or a tool's answer to one."""
+    content = msg.content
+    text = "" if content is None else content if isinstance(content, str) else _text_of(i, content)
+    if msg.role == "tool":
+        return Message(role, text, tool_call_id=msg.tool_call_id)
+    if msg.tool_call_id is not None:
+        raise InvalidRequest(
+            f"Invalid value for 'messages[{i}].tool_call_id': only tool messages answer a call.",
+            f"messages[{i}].tool_call_id",
+        )
+    if msg.role != "assistant":
+        raise InvalidRequest(
+            f"Invalid value for 'messages[{i}].tool_calls': only assistant messages call tools.",
+            f"messages[{i}].tool_calls",
+        )
+    return Message(role, text, tool_calls_of(msg.tool_calls, i))
+
+
+def _text_of(i: int, content: list[ContentPart]) -> str:
     texts: list[str] = []
     for j, part in enumerate(content):
         if part.type != "text":
@@ -319,7 +351,7 @@ def message_of(i: int, msg: ChatMessage) -> Message:
             raise InvalidRequest(f"Missing required parameter: '{param}'.", param)
         texts.append(part.text)
     # Text parts are joined with newlines, as vLLM does.
-    return Message(role, "\n".join(texts))
+    return "\n".join(texts)
 
 
 def _chat_logprobs(logprobs: bool | None, top: int | None) -> int | None:
@@ -347,6 +379,7 @@ def sampling_of(
     except msgspec.ValidationError as err:
         raise validation_error(err, EXPECTED) from None
     _check_common(req)
+    _no_tools(req, "tool calls are served by the OpenAI chat completions API")
     if logprobs is not None and logprobs < -1:
         raise InvalidRequest(
             "Invalid value for 'logprobs': must be at least 0, or -1 (all).", "logprobs"
@@ -376,7 +409,9 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     if req.continue_final_message:
         raise not_served("continue_final_message", "a generation prompt is always added")
     messages = tuple([message_of(i, m) for i, m in enumerate(req.messages)])
-    return _request(req, request_id, default_max_tokens, messages=messages, logprobs=logprobs)
+    out = _request(req, request_id, default_max_tokens, messages=messages, logprobs=logprobs)
+    out.generation.tools = tools_of(req.tools, req.tool_choice, req.parallel_tool_calls)
+    return out
 
 
 def decode_completion(
@@ -389,6 +424,7 @@ def decode_completion(
     """
     req = decode_json(_COMPLETION_DECODER, body, EXPECTED_COMPLETION)
     _check_common(req)
+    _no_tools(req, "completions call no tools (chat completions do)")
     logprobs = req.logprobs
     if logprobs is not None and logprobs < 0 and logprobs != -1:
         raise InvalidRequest(

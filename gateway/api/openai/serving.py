@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.api.body import read_body
 from gateway.api.openai import encode
+from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.choices import Choices
 from gateway.api.openai.direct import DirectSink
 from gateway.api.openai.logprobs import formatter
@@ -89,6 +90,7 @@ class OpenAIServing:
     ) -> web.Response:
         tally = Tally()
         req = gen.request
+        answer = Answer(req.generation.tools)
         texts: list[str] = [req.prompt or ""] if req.echo else []
         fmt = formatter(kind == "chat", req.sampling.logprobs)
         lps: list[Logprobs] = []
@@ -98,9 +100,14 @@ class OpenAIServing:
                 texts.append(d.text)
                 if d.logprobs:
                     lps.extend(d.logprobs)
+                if d.parsed:
+                    answer.add(d.parsed)
             batch = await gen.take()
+        text, reason = "".join(texts), answer.finish_reason(tally.reason, whole=True)
+        message = message_of(answer.whole) if answer.whole is not None else None
+        logprobs = fmt(lps) if fmt is not None else None
         encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
-        choice = encode.Choice("".join(texts), tally.reason, fmt(lps) if fmt is not None else None)
+        choice = encode.Choice(text, reason, logprobs, message if kind == "chat" else None)
         body = encoder(req.request_id, req.served_model, int(time.time()), [choice], tally.usage())
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -116,6 +123,7 @@ class OpenAIServing:
         await resp.prepare(request)
         buf = bytearray()
         tally = Tally()
+        answer = Answer(req.generation.tools)
         fmt = formatter(kind == "chat", req.sampling.logprobs)
         enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind, fmt)
         if batch and not gen.began:
@@ -136,14 +144,14 @@ class OpenAIServing:
             sink = DirectSink(transport, chunked, enc, tally)
         try:
             try:
-                await self._relay(resp, gen, enc, batch, buf, tally, sink)
+                await self._relay(resp, gen, enc, batch, buf, tally, sink, answer)
             finally:
                 gen.out.sink = None
                 if sink is not None:
                     sink.flush()
         except GatewayError as e:
             return await self._end_with(resp, req, enc, buf, tally, e)
-        enc.finish_chunk_into(buf, tally.reason)
+        enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
         if req.include_usage:
             enc.usage_chunk_into(buf, tally.usage())
         buf += encode.DONE
@@ -186,6 +194,7 @@ class OpenAIServing:
         buf: bytearray,
         tally: Tally,
         sink: DirectSink | None,
+        answer: Answer,
     ) -> None:
         """Write the generation's chunks as they come: straight from the link reader through
         the sink while the client keeps up, here (awaiting the socket) when it does not."""
@@ -195,7 +204,11 @@ class OpenAIServing:
             if sink is not None:
                 sink.flush()  # frames it buffered go out before anything written here
             for d in batch:
-                if d.token_ids or d.text:
+                if d.parsed:  # an answer its engine parsed: its pieces, not the raw text
+                    delta = delta_of(answer.add(d.parsed))
+                    if delta is not None:
+                        enc.delta_chunk_into(buf, delta, d.logprobs)
+                elif d.token_ids or d.text:
                     enc.token_chunk_into(buf, d.text, d.logprobs)
                 elif not d.finish and not d.prompt_tokens:
                     buf += KEEPALIVE  # waiting in a queue: keep the connection alive

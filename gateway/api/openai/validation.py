@@ -28,6 +28,19 @@ EXPECTED: Final[dict[str, str]] = {
     "messages[].content[].type": "must be a string",
     "messages[].content[].text": "must be a string",
     "messages[].name": "must be a string",
+    "messages[].tool_calls": "must be an array of tool calls",
+    "messages[].tool_calls[]": (
+        'must be a tool call like {"id": "...", "type": "function", '
+        '"function": {"name": "...", "arguments": "..."}}'
+    ),
+    "messages[].tool_calls[].id": "must be a string",
+    "messages[].tool_calls[].type": "must be a string",
+    "messages[].tool_calls[].function": "must be an object with a 'name' and 'arguments'",
+    "messages[].tool_calls[].function.name": "must be a string",
+    "messages[].tool_calls[].function.arguments": "must be a string (JSON text)",
+    "messages[].tool_call_id": "must be a string",
+    "tools": "must be a non-empty array of tools",
+    "parallel_tool_calls": "must be a boolean",
     "prompt": "must be a string, or a non-empty array of token ids",
     "max_tokens": _MUST_BE_POSITIVE,
     "max_completion_tokens": _MUST_BE_POSITIVE,

@@ -18,7 +18,7 @@ from typing import Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 3  # 3: logprobs, tools (Generation.tools, Message calls), Delta.parsed
 # gRPC metadata key of the gateway's protocol version on the Link call.
 PROTOCOL_METADATA: Final = "shardgate-link-protocol"
 
@@ -33,9 +33,30 @@ class Finish(enum.IntEnum):
     ERROR = 4
 
 
+class ToolCall(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A function call an assistant made: in a conversation's messages, and in an answer."""
+
+    id: str
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
 class Message(msgspec.Struct, frozen=True, array_like=True, gc=False):
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+
+
+class Tools(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=True):
+    """A chat request's tools and its `tool_choice`: "none", "auto", "required", or "function"
+    (the one named in `function`). The chat template renders the tools; the engine parses the
+    calls from the output (tools.py)."""
+
+    tools: str  # the request's `tools` array, as JSON text
+    choice: str = "auto"
+    function: str = ""
+    parallel_tool_calls: bool | None = None
 
 
 class Structured(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=True):
@@ -125,6 +146,17 @@ class Generation(msgspec.Struct, array_like=True, gc=False, kw_only=True):
     prompt_token_ids: tuple[int, ...] | None = None
     priority: int = 0  # higher runs first
     lora: str = ""
+    tools: Tools | None = None
+    # The answer is wanted whole (not streamed): an engine that parses its output (tool calls,
+    # reasoning) parses it once at the end, as vLLM's non-streamed answers are parsed.
+    parse_whole: bool = False
+
+
+def tools_not_resumable(t: Tools | None) -> list[str]:
+    """["tool_choice"] where the tool choice is a grammar over the output (a named function, or
+    "required": structured outputs, see NOT_RESUMABLE); an engine's tool parser itself resumes
+    (it is given the text so far again)."""
+    return ["tool_choice"] if t is not None and t.choice in ("required", "function") else []
 
 
 class Logprobs(msgspec.Struct, frozen=True, array_like=True, gc=False):

@@ -42,6 +42,7 @@ class WireDelta(msgspec.Struct, array_like=True, gc=False):
     error_field: str = ""
     logprobs: list[Logprobs] | None = None
     stop_sequence: str = ""
+    parsed: bytes = b""
 
 
 class WireSubmit(msgspec.Struct, array_like=True, gc=False):

@@ -279,7 +279,6 @@ def test_messages_are_human(fields: dict[str, Any], message: str) -> None:
 IGNORED: dict[str, Any] = {
     "response_format": {"type": "text"},
     "add_special_tokens": None,
-    "tools": [],
     "tool_choice": "none",
     "parallel_tool_calls": True,
     "metadata": {"k": "v"},
@@ -306,9 +305,6 @@ def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> Non
 # Fields that ask for what the gateway does not serve yet: a 400 naming each, never a 200 as if
 # the field had not been sent.
 NOT_SERVED: list[tuple[str, Any]] = [
-    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
-    ("tool_choice", "auto"),
-    ("tool_choice", "required"),
     ("prompt_logprobs", 1),
     ("logprob_token_ids", [5]),
     ("return_token_ids", True),
@@ -340,7 +336,15 @@ def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> 
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [*NOT_SERVED, ("suffix", "the end"), ("add_special_tokens", False)]
+    ("field", "value"),
+    [
+        *NOT_SERVED,
+        ("suffix", "the end"),
+        ("add_special_tokens", False),
+        ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
+        ("tool_choice", "auto"),
+        ("tool_choice", "required"),
+    ],
 )
 def test_completion_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> None:
     with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
@@ -562,7 +566,7 @@ def test_chat_maps_every_field() -> None:
             Message("system", "Answer in French."),
             Message("user", "hi"),
             Message("assistant", ""),
-            Message("tool", "42"),
+            Message("tool", "42", tool_call_id="call_1"),
             Message("user", "line one\ntwo"),
         ),
         stream=True,

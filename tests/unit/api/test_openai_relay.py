@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.api.openai.answer import Answer
 from gateway.api.openai.direct import DirectSink
 from gateway.api.openai.encode import ChunkEncoder
 from gateway.api.openai.serving import OpenAIServing, Tally
@@ -51,7 +52,8 @@ async def test_the_sink_waits_for_the_first_write() -> None:
     gen = Gen([[Delta([7], "a")]])
     resp = Response()
     first = [Delta([], "", prompt_tokens=5)]  # the prompt's count, no text yet
-    await OpenAIServing._relay(resp, gen, enc, first, bytearray(), Tally(), sink)  # type: ignore[arg-type]
+    answer = Answer(None)
+    await OpenAIServing._relay(resp, gen, enc, first, bytearray(), Tally(), sink, answer)  # type: ignore[arg-type]
     # Nothing written after the first batch: the sink was not handed out then.
     assert gen.sink_at_take == [None, sink]
     assert len(resp.writes) == 1 and b'"text":"a"' in resp.writes[0]
