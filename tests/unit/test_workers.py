@@ -99,7 +99,7 @@ def test_kept_tenants_of_open_configs_and_renames() -> None:
 
 def _admitted(gw: Gateway, n: int, now: float) -> int:
     tenant = gw.service.tenants.resolve("k")
-    results = [gw.service.admission.admit(tenant, "m", 1, now) for _ in range(n)]
+    results = [gw.service.admission.policy.admit(tenant, "m", 1, now) for _ in range(n)]
     return sum(isinstance(r, Admitted) for r in results)
 
 

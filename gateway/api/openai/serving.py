@@ -103,7 +103,7 @@ class OpenAIServing:
         if asked is not None:
             req.priority = parse_priority(asked)
         req.session_id = headers.get("x-session-id", "")[:128]
-        gen = self._service.submit(req, bearer_key(headers.get("Authorization")))
+        gen = await self._service.submit(req, bearer_key(headers.get("Authorization")))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         gen.arm(deadline, self.settings.first_token_timeout_s)
         try:

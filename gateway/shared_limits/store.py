@@ -1,0 +1,184 @@
+"""The Redis client and the one way scripts run on it.
+
+`connect` picks the client class from the URL, inside the running loop. `Store.run` gives each
+call its own task and deadline: a caller that is cancelled stops waiting (its cancellation
+propagates at once) while the call goes on to read its reply, so no connection is ever left
+with an unread reply (redis-py #2624); what an abandoned call achieved is handed to the
+caller's `on_abandoned`, to be undone. A call past its deadline is cancelled inside redis-py,
+which then drops that connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from redis.exceptions import NoScriptError, RedisError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# What a failed call raises, whatever the cause (refused, reset, timed out, script error).
+UNAVAILABLE: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
+
+
+class Client(Protocol):
+    async def execute_command(self, *args: Any, **options: Any) -> Any: ...
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where Redis is: `kind` single (redis, rediss, unix), sentinel or cluster."""
+
+    kind: str
+    url: str  # single: the URL redis-py takes
+    hosts: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def parse_target(url: str) -> Target:
+    """redis+sentinel://[user:pass@]h:p[,h:p...]/service[/db] and
+    redis+cluster://[user:pass@]h:p[,h:p...]; anything else is a single server's URL."""
+    scheme, sep, rest = url.partition("://")
+    if scheme not in ("redis+sentinel", "redis+cluster"):
+        return Target("single", url)
+    if not sep:
+        raise ValueError(f"redis.url {url!r}: expected {scheme}://host:port")
+    parts = urlsplit("redis://" + rest)
+    userinfo, _, netloc = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    hosts = []
+    for item in netloc.split(","):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"redis.url {url!r}: {item!r} is not host:port")
+        hosts.append((host.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    kind = scheme.removeprefix("redis+")
+    service, db = "", 0
+    if kind == "sentinel":
+        if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+            raise ValueError(f"redis.url {url!r}: expected .../<service>[/<db>]")
+        service, db = path[0], int(path[1]) if len(path) == 2 else 0
+    elif path:
+        raise ValueError(f"redis.url {url!r}: a cluster URL has no path")
+    return Target(
+        kind,
+        url,
+        tuple(hosts),
+        service,
+        db,
+        unquote(user) or None,
+        unquote(password) if userinfo else None,
+    )
+
+
+def connect(url: str, timeout_s: float) -> Client:
+    """A client for `url`; call it inside the loop that will use it."""
+    t = parse_target(url)
+    opts: dict[str, Any] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "username": t.username,
+        "password": t.password,
+    }
+    client: Any
+    if t.kind == "single":
+        from redis.asyncio import Redis
+
+        del opts["username"], opts["password"]  # in the URL
+        client = Redis.from_url(t.url, **opts)
+    elif t.kind == "sentinel":
+        from redis.asyncio.sentinel import Sentinel
+
+        sentinel = Sentinel(list(t.hosts), socket_timeout=timeout_s)  # type: ignore[no-untyped-call]
+        client = sentinel.master_for(t.service, db=t.db, **opts)
+    else:
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        nodes = [ClusterNode(h, p) for h, p in t.hosts]
+        client = RedisCluster(startup_nodes=nodes, **opts)
+    return client  # type: ignore[no-any-return]
+
+
+class Script:
+    """A Lua script run by its SHA1, loaded again (EVAL) when the server says NOSCRIPT
+    (restarted, flushed, or another Cluster node)."""
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    async def __call__(self, client: Client, keys: Sequence[str], args: Sequence[object]) -> Any:
+        try:
+            return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
+
+class Store:
+    """Runs calls on one client with one deadline each; owns the calls in flight."""
+
+    def __init__(
+        self,
+        client: Client,
+        timeout_s: float,
+        observe: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self._observe = observe
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def run(
+        self,
+        op: str,
+        work: Coroutine[Any, Any, T],
+        on_abandoned: Callable[[asyncio.Task[T]], None] | None = None,
+    ) -> T:
+        """`await work` within the deadline; raises one of `UNAVAILABLE` when it fails."""
+        task = asyncio.get_running_loop().create_task(self._timed(op, work))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if on_abandoned is not None and not task.cancelled():
+                task.add_done_callback(on_abandoned)
+            raise
+
+    async def _timed(self, op: str, work: Coroutine[Any, Any, T]) -> T:
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await work
+        finally:
+            if self._observe is not None:
+                self._observe(op, time.perf_counter() - start)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller (if still there) has it too
+
+    async def close(self) -> None:
+        """Let the calls in flight end (each within its deadline), then close the client."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self.timeout_s * 2)
+        try:
+            async with asyncio.timeout(self.timeout_s * 2):
+                await self.client.aclose()
+        except UNAVAILABLE:
+            log.info("redis: close failed", exc_info=True)
