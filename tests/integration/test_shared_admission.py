@@ -8,10 +8,11 @@ import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from gateway.config.schema import RedisConfig
-from gateway.policy.admission import Admitted, Rejected
+from gateway.policy.admission import Rejected
 from gateway.policy.breaker import BreakerState
 from gateway.policy.tenants import Limits, Tenant
 from gateway.runtime.admitter import Ticket
@@ -117,20 +118,21 @@ async def test_a_dead_instances_leases_expire(make: Make, redis: Redis) -> None:
     lease_key = tenant_keys(dead.config.key_prefix, "acme", "m")[2]
     (_, score), *_ = await redis.zrange(lease_key, 0, 0, withscores=True)
 
-    async def past(ms: float) -> None:  # Redis's clock, which the leases use
-        async def now_ms() -> float:
-            s, us = await redis.time()
-            return s * 1000 + us / 1000
+    clock = SyncRedis.from_url(dead.config.url)
 
-        while await now_ms() < ms:
-            await asyncio.sleep(0.01)
+    def now_ms() -> float:  # Redis's clock, which the leases use
+        s, us = clock.time()
+        return float(s * 1000 + us / 1000)
+
+    async def past(ms: float) -> None:
+        await until_async(lambda: now_ms() >= ms, what="Redis's clock past the lease")
 
     await past(score + 300)  # the live instance refreshed its lease: still held
     assert isinstance(await dead.reserve(t, "m", 1, 0.0), Rejected)
     await stop_all(live._tasks)  # the instance dies: no refresh, no settlement
-    start = await redis.time()
-    await past(start[0] * 1000 + start[1] / 1000 + 300)
+    await past(now_ms() + 300)
     assert isinstance(await dead.reserve(t, "m", 1, 0.0), SharedTicket)
+    clock.close()
 
 
 async def test_a_cancelled_caller_leaves_nothing_behind(make: Make, redis: Redis) -> None:
@@ -139,8 +141,9 @@ async def test_a_cancelled_caller_leaves_nothing_behind(make: Make, redis: Redis
     a = await make(timeout_ms=5000)
     t = tenant(requests_per_s=0.1, requests_burst=2, max_concurrent=1)
     sleeper = Redis.from_url(a.config.url)
+    await sleeper.ping()  # connected: the next command leaves at once
     busy = asyncio.create_task(sleeper.execute_command("DEBUG", "SLEEP", "0.3"))
-    await asyncio.sleep(0.05)  # DEBUG SLEEP is sent: the server stops answering
+    await until_async(lambda: sleeper.connection_pool._in_use_connections, what="DEBUG SLEEP sent")
     caller = asyncio.create_task(a.reserve(t, "m", 1, 0.0))
     assert a._store is not None
     pool = a._store.client.connection_pool  # type: ignore[attr-defined]
@@ -152,7 +155,10 @@ async def test_a_cancelled_caller_leaves_nothing_behind(make: Make, redis: Redis
     await busy
     await sleeper.aclose()
     await until_async(a.settled, what="the abandoned reservation given back")
-    rq, _, cc = tenant_keys(a.config.key_prefix, "acme", "m")
+    # The call read its reply: its connection went back to the pool still open.
+    idle = pool._available_connections
+    assert idle and all(c.is_connected for c in idle)
+    _, _, cc = tenant_keys(a.config.key_prefix, "acme", "m")
     assert await redis.zcard(cc) == 0
     first = await a.reserve(t, "m", 1, 0.0)
     assert isinstance(first, SharedTicket)

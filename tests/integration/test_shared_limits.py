@@ -164,18 +164,18 @@ def test_redis_gone_falls_back_within_the_bound_then_shares_again(
     server = RedisServer(tmp_path)
     server.start()
     clusters = pair_of(TENANTS + redis_yaml(server))
+    load_codes: list[int] = []
+    stop = threading.Event()
+
+    def load() -> None:  # a tenant with room to spare, all along
+        i = 0
+        while not stop.is_set():
+            load_codes.append(status(clients(clusters[i % 2], "sk-busy")))
+            i += 1
+
+    loader = threading.Thread(target=load)
     try:
         until(lambda: all(_admission(c).live == 2 for c in clusters), what="both counted")
-        load_codes: list[int] = []
-        stop = threading.Event()
-
-        def load() -> None:  # a tenant with room to spare, all along
-            i = 0
-            while not stop.is_set():
-                load_codes.append(status(clients(clusters[i % 2], "sk-busy")))
-                i += 1
-
-        loader = threading.Thread(target=load)
         loader.start()
         shared_codes = alternate(clusters, clients, "sk-six", 20)
         assert 6 <= shared_codes.count(200) <= 7
@@ -204,6 +204,8 @@ def test_redis_gone_falls_back_within_the_bound_then_shares_again(
         assert load_codes and set(load_codes) == {200}  # served throughout, never a 5xx
     finally:
         stop.set()
+        if loader.is_alive():
+            loader.join(30)
         for c in clusters:
             c.stop()
         server.stop()

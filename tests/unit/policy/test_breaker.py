@@ -6,7 +6,7 @@ import pytest
 
 from gateway.policy.breaker import Breaker, BreakerState
 
-C, H, O = BreakerState.CLOSED, BreakerState.HALF_OPEN, BreakerState.OPEN
+C, H, X = BreakerState.CLOSED, BreakerState.HALF_OPEN, BreakerState.OPEN  # X: open
 
 # Steps: (now, event, expected): event "allow" expects (allowed, state); "ok"/"fail" expect the
 # state after reporting. Threshold 3, cooldown 1 s doubling to at most 4 s.
@@ -27,47 +27,47 @@ CASES = {
     "three in a row open it for the cooldown": [
         (0.0, "fail", C),
         (0.0, "fail", C),
-        (0.0, "fail", O),
-        (0.5, "allow", (False, O)),
-        (0.99, "allow", (False, O)),
+        (0.0, "fail", X),
+        (0.5, "allow", (False, X)),
+        (0.99, "allow", (False, X)),
     ],
     "after the cooldown one probe, a success closes it": [
-        *[(0.0, "fail", s) for s in (C, C, O)],
+        *[(0.0, "fail", s) for s in (C, C, X)],
         (1.0, "allow", (True, H)),
         (1.0, "allow", (False, H)),  # the probe is out: others wait
         (1.1, "ok", C),
         (1.2, "allow", (True, C)),
     ],
     "a failed probe opens it for twice as long, capped": [
-        *[(0.0, "fail", s) for s in (C, C, O)],
+        *[(0.0, "fail", s) for s in (C, C, X)],
         (1.0, "allow", (True, H)),
-        (1.1, "fail", O),
-        (2.9, "allow", (False, O)),
+        (1.1, "fail", X),
+        (2.9, "allow", (False, X)),
         (3.1, "allow", (True, H)),
-        (3.2, "fail", O),  # cooldown 4 s
-        (7.1, "allow", (False, O)),
+        (3.2, "fail", X),  # cooldown 4 s
+        (7.1, "allow", (False, X)),
         (7.3, "allow", (True, H)),
-        (7.4, "fail", O),  # still 4 s: the cap
-        (11.3, "allow", (False, O)),
+        (7.4, "fail", X),  # still 4 s: the cap
+        (11.3, "allow", (False, X)),
         (11.5, "allow", (True, H)),
         (11.6, "ok", C),
     ],
     "after closing, the cooldown starts again from the base": [
-        *[(0.0, "fail", s) for s in (C, C, O)],
+        *[(0.0, "fail", s) for s in (C, C, X)],
         (1.0, "allow", (True, H)),
-        (1.0, "fail", O),
+        (1.0, "fail", X),
         (3.0, "allow", (True, H)),
         (3.0, "ok", C),
-        *[(4.0, "fail", s) for s in (C, C, O)],
+        *[(4.0, "fail", s) for s in (C, C, X)],
         (5.0, "allow", (True, H)),
     ],
     "a late failure of a call from before it opened changes nothing": [
-        *[(0.0, "fail", s) for s in (C, C, O)],
-        (0.5, "fail", O),
+        *[(0.0, "fail", s) for s in (C, C, X)],
+        (0.5, "fail", X),
         (1.0, "allow", (True, H)),
     ],
     "a probe that never reports lets another through after the cooldown": [
-        *[(0.0, "fail", s) for s in (C, C, O)],
+        *[(0.0, "fail", s) for s in (C, C, X)],
         (1.0, "allow", (True, H)),
         (1.5, "allow", (False, H)),
         (2.0, "allow", (True, H)),
