@@ -16,10 +16,14 @@ from pathlib import Path
 import pytest
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(below: int = 65536) -> int:
+    """A free loopback port under `below` (a Cluster node also listens on port + 10000)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port < below:
+            return port
 
 
 def _pong(port: int) -> bool:
@@ -34,7 +38,7 @@ def _pong(port: int) -> bool:
 class RedisServer:
     """`start` and `stop` it as often as needed; it keeps its port."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, extra: tuple[str, ...] = ()) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             message = "redis-server is not installed (apt-get install redis-server)"
@@ -43,7 +47,8 @@ class RedisServer:
             pytest.skip(message)
         self._binary = binary
         self._dir = workdir
-        self.port = free_port()
+        self._extra = extra
+        self.port = free_port(55536 if "--cluster-enabled" in extra else 65536)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -51,9 +56,10 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> None:
-        args = [self._binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+        args = [self._binary, *self._extra, "--port", str(self.port), "--bind", "127.0.0.1"]
         args += ["--save", "", "--appendonly", "no", "--dir", str(self._dir)]
-        args += ["--enable-debug-command", "local"]  # DEBUG SLEEP: a slow Redis
+        if not self._extra:
+            args += ["--enable-debug-command", "local"]  # DEBUG SLEEP: a slow Redis
         self._proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self._dir
         )

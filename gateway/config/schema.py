@@ -9,6 +9,7 @@ import msgspec
 from gateway.config.pricing import Pricing
 from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
 from gateway.config.tenants import RateLimits, SchedulingConfig, TenantConfig, check_tenancy
+from gateway.shared_limits.target import parse_target
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -104,6 +105,7 @@ class RedisConfig(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
         scheme = self.url.partition("://")[0]
         if scheme not in REDIS_SCHEMES:
             raise ValueError(f"redis.url: scheme {scheme!r} is not one of {sorted(REDIS_SCHEMES)}")
+        parse_target(self.url)
         if not self.key_prefix or any(c in self.key_prefix for c in "{} "):
             raise ValueError("redis.key_prefix must be non-empty, without spaces or braces")
 

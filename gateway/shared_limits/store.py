@@ -15,11 +15,11 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit
 
 from redis.exceptions import NoScriptError, RedisError
+
+from gateway.shared_limits.target import parse_target
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -31,56 +31,6 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutErro
 class Client(Protocol):
     async def execute_command(self, *args: Any, **options: Any) -> Any: ...
     async def aclose(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where Redis is: `kind` single (redis, rediss, unix), sentinel or cluster."""
-
-    kind: str
-    url: str  # single: the URL redis-py takes
-    hosts: tuple[tuple[str, int], ...] = ()
-    service: str = ""
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-
-
-def parse_target(url: str) -> Target:
-    """redis+sentinel://[user:pass@]h:p[,h:p...]/service[/db] and
-    redis+cluster://[user:pass@]h:p[,h:p...]; anything else is a single server's URL."""
-    scheme, sep, rest = url.partition("://")
-    if scheme not in ("redis+sentinel", "redis+cluster"):
-        return Target("single", url)
-    if not sep:
-        raise ValueError(f"redis.url {url!r}: expected {scheme}://host:port")
-    parts = urlsplit("redis://" + rest)
-    userinfo, _, netloc = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    hosts = []
-    for item in netloc.split(","):
-        host, _, port = item.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"redis.url {url!r}: {item!r} is not host:port")
-        hosts.append((host.strip("[]"), int(port)))
-    path = [p for p in parts.path.split("/") if p]
-    kind = scheme.removeprefix("redis+")
-    service, db = "", 0
-    if kind == "sentinel":
-        if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
-            raise ValueError(f"redis.url {url!r}: expected .../<service>[/<db>]")
-        service, db = path[0], int(path[1]) if len(path) == 2 else 0
-    elif path:
-        raise ValueError(f"redis.url {url!r}: a cluster URL has no path")
-    return Target(
-        kind,
-        url,
-        tuple(hosts),
-        service,
-        db,
-        unquote(user) or None,
-        unquote(password) if userinfo else None,
-    )
 
 
 def connect(url: str, timeout_s: float) -> Client:
@@ -102,13 +52,29 @@ def connect(url: str, timeout_s: float) -> Client:
         from redis.asyncio.sentinel import Sentinel
 
         sentinel = Sentinel(list(t.hosts), socket_timeout=timeout_s)  # type: ignore[no-untyped-call]
-        client = sentinel.master_for(t.service, db=t.db, **opts)
+        client = _ThroughSentinel(sentinel.master_for(t.service, db=t.db, **opts), sentinel)
     else:
         from redis.asyncio.cluster import ClusterNode, RedisCluster
 
         nodes = [ClusterNode(h, p) for h, p in t.hosts]
         client = RedisCluster(startup_nodes=nodes, **opts)
     return client  # type: ignore[no-any-return]
+
+
+class _ThroughSentinel:
+    """The master's client, closing the connections to the sentinels with it."""
+
+    def __init__(self, master: Any, sentinel: Any) -> None:
+        self._master = master
+        self._sentinel = sentinel
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        return await self._master.execute_command(*args, **options)
+
+    async def aclose(self) -> None:
+        await self._master.aclose()
+        for s in self._sentinel.sentinels:
+            await s.aclose()
 
 
 class Script:

@@ -118,9 +118,7 @@ def test_a_tokens_bucket_holds_across_two_instances(
     assert sum(used) <= 100 + max(used) + 1
 
 
-def test_max_concurrent_holds_across_two_instances(
-    shared: list[Cluster], clients: Clients
-) -> None:
+def test_max_concurrent_holds_across_two_instances(shared: list[Cluster], clients: Clients) -> None:
     streams = []
     codes = []
     for i in range(6):

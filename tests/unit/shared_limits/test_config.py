@@ -6,7 +6,7 @@ import pytest
 
 from gateway.config.loader import REDIS_URL_ENV, ConfigError, parse
 from gateway.shared_limits.keys import instances_key, pool_keys, tenant_keys
-from gateway.shared_limits.store import Target, parse_target
+from gateway.shared_limits.target import Target, parse_target
 
 
 def test_defaults_and_absence() -> None:
@@ -23,6 +23,7 @@ def test_defaults_and_absence() -> None:
         ("redis: {timeout_ms: 0}", "timeout_ms"),
         ("redis: {key_prefix: 'a{b}'}", "key_prefix"),
         ("redis: {urls: 'redis://x'}", "urls"),
+        ("redis: {url: 'redis+sentinel://s:1'}", "service"),
     ],
 )
 def test_bad_sections_name_the_field(yaml: str, names: str) -> None:
@@ -84,7 +85,7 @@ def test_url_forms(url: str, target: Target) -> None:
     ],
 )
 def test_bad_url_forms(url: str) -> None:
-    with pytest.raises(ValueError, match="redis.url"):
+    with pytest.raises(ValueError, match=r"redis\.url"):
         parse_target(url)
 
 
