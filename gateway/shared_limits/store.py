@@ -17,15 +17,20 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from gateway.shared_limits.target import parse_target
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# What a failed call raises, whatever the cause (refused, reset, timed out, script error).
-UNAVAILABLE: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
+
+class StoreUnavailable(Exception):
+    """A call failed, whatever the cause: refused, reset, timed out, a script or slot error."""
+
+
+UNAVAILABLE: tuple[type[BaseException], ...] = (StoreUnavailable,)
+_EXPECTED = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 
 class Client(Protocol):
@@ -114,7 +119,7 @@ class Store:
         work: Coroutine[Any, Any, T],
         on_abandoned: Callable[[asyncio.Task[T]], None] | None = None,
     ) -> T:
-        """`await work` within the deadline; raises one of `UNAVAILABLE` when it fails."""
+        """`await work` within the deadline; raises `StoreUnavailable` when it fails."""
         task = asyncio.get_running_loop().create_task(self._timed(op, work))
         self._tasks.add(task)
         task.add_done_callback(self._done)
@@ -130,6 +135,11 @@ class Store:
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await work
+        except _EXPECTED as e:
+            raise StoreUnavailable(f"redis {op}: {e!r}") from e
+        except Exception as e:
+            log.warning("redis %s: unexpected failure", op, exc_info=True)
+            raise StoreUnavailable(f"redis {op}: {e!r}") from e
         finally:
             if self._observe is not None:
                 self._observe(op, time.perf_counter() - start)
@@ -146,5 +156,5 @@ class Store:
         try:
             async with asyncio.timeout(self.timeout_s * 2):
                 await self.client.aclose()
-        except UNAVAILABLE:
+        except _EXPECTED:
             log.info("redis: close failed", exc_info=True)
