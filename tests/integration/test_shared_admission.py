@@ -12,7 +12,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from gateway.config.schema import RedisConfig
-from gateway.policy.admission import Rejected
+from gateway.policy.admission import Admitted, Rejected
 from gateway.policy.breaker import BreakerState
 from gateway.policy.tenants import Limits, Tenant
 from gateway.runtime.admitter import Ticket
@@ -163,4 +163,33 @@ async def test_a_cancelled_caller_leaves_nothing_behind(make: Make, redis: Redis
     first = await a.reserve(t, "m", 1, 0.0)
     assert isinstance(first, SharedTicket)
     assert header(first, "x-ratelimit-remaining-requests") == "1"  # the burst is whole again
+    assert a.breaker.state is BreakerState.CLOSED
+
+
+async def test_a_slow_redis_is_left_to_the_fallback_then_used_again(make: Make) -> None:
+    """Calls past timeout_ms fall back (limit / live instances, here 2: the burst of 4 is 2
+    each); three in a row open the breaker; Redis answering again closes it."""
+    a = await make(timeout_ms=50)
+    await make(timeout_ms=50)  # a second instance: limits / 2 in fallback
+    await a.maintain()
+    assert a.live == 2
+    t = tenant(requests_per_s=0.01, requests_burst=4)
+    sleeper = Redis.from_url(a.config.url)
+    await sleeper.ping()
+    busy = asyncio.create_task(sleeper.execute_command("DEBUG", "SLEEP", "0.5"))
+    await until_async(lambda: sleeper.connection_pool._in_use_connections, what="DEBUG SLEEP sent")
+    results = [await a.reserve(t, "m", 1, 0.0) for _ in range(4)]
+    assert not busy.done()  # every answer came while Redis was asleep
+    assert [type(r) for r in results] == [Admitted, Admitted, Rejected, Rejected]
+    assert a.breaker.state is BreakerState.OPEN
+    await busy
+    await sleeper.aclose()
+    # Half-open after 0.5 s: the next call (a request's, or the heartbeat's) is the probe.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    probe = await a.reserve(t, "m", 1, 0.0)
+    while not isinstance(probe, SharedTicket):
+        assert loop.time() < deadline, "not back on Redis"
+        await asyncio.sleep(0.05)
+        probe = await a.reserve(t, "m", 1, 0.0)
     assert a.breaker.state is BreakerState.CLOSED
