@@ -166,7 +166,7 @@ class SharedAdmission:
         key = keys.instances_key(self._prefix)
         try:
             if batch:
-                await store.run("settle", _all([self._settle_call(store, s) for s in batch]))
+                await store.run("settle", self._settle_batch(store, batch))
             await store.run("heartbeat", _HEARTBEAT(store.client, [key], [self.instance, 0]))
         except UNAVAILABLE:
             log.info("redis: could not settle or leave on close", exc_info=True)
@@ -274,11 +274,13 @@ class SharedAdmission:
         )
         return _RESERVE(store.client, p.keys, args)
 
-    def _settle_call(self, store: Store, s: _Settle) -> Coroutine[Any, Any, Any]:
-        spec = s.part.spec
-        rq_ms = spec.requests_ms if s.whole else 0.0
-        args = (rq_ms, spec.tokens_ms, s.delta, s.part.lease)
-        return _SETTLE(store.client, s.part.keys, args)
+    def _settle_batch(self, store: Store, batch: Sequence[_Settle]) -> Coroutine[Any, Any, Any]:
+        calls = []
+        for s in batch:
+            spec = s.part.spec
+            rq_ms = spec.requests_ms if s.whole else 0.0
+            calls.append((s.part.keys, (rq_ms, spec.tokens_ms, s.delta, s.part.lease)))
+        return _SETTLE.many(store.client, calls)
 
     def _undo(self, parts: Sequence[_Part], answers: Sequence[Answer], estimate: int) -> None:
         for p, a in zip(parts, answers, strict=True):
@@ -312,22 +314,28 @@ class SharedAdmission:
     # -- background -------------------------------------------------------------------------
     async def _settler(self) -> None:
         while True:
-            batch = [await self._settles.get()]
-            while len(batch) < SETTLE_BATCH and not self._settles.empty():
-                batch.append(self._settles.get_nowait())
-            store = self._store
-            if store is None or not self.breaker.allow(self._clock()):
-                self._dropped(len(batch))  # leases expire; refunds are lost
-                continue
-            self._sending = len(batch)
             try:
-                await store.run("settle", _all([self._settle_call(store, s) for s in batch]))
-            except UNAVAILABLE:
-                self._failed("settle")
-            else:
-                self.breaker.success(self._clock())
-            finally:
-                self._sending = 0
+                await self._settle_next()
+            except Exception:  # a bug here must not end settling for good
+                log.exception("redis: settling failed")
+
+    async def _settle_next(self) -> None:
+        batch = [await self._settles.get()]
+        while len(batch) < SETTLE_BATCH and not self._settles.empty():
+            batch.append(self._settles.get_nowait())
+        store = self._store
+        if store is None or not self.breaker.allow(self._clock()):
+            self._dropped(len(batch))  # leases expire; refunds are lost
+            return
+        self._sending = len(batch)
+        try:
+            await store.run("settle", self._settle_batch(store, batch))
+        except UNAVAILABLE:
+            self._failed("settle")
+        else:
+            self.breaker.success(self._clock())
+        finally:
+            self._sending = 0
 
     def settled(self) -> bool:
         """Nothing queued or being sent."""
@@ -336,7 +344,10 @@ class SharedAdmission:
     async def _maintainer(self) -> None:
         while True:
             await asyncio.sleep(self.maintain_every_s)
-            await self.maintain()
+            try:
+                await self.maintain()
+            except Exception:  # a bug here must not end the heartbeat for good
+                log.exception("redis: heartbeat failed")
 
     async def maintain(self) -> None:
         """Heartbeat (and count the live instances), then refresh the leases still held."""

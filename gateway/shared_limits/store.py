@@ -35,6 +35,7 @@ _EXPECTED = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 class Client(Protocol):
     async def execute_command(self, *args: Any, **options: Any) -> Any: ...
+    def pipeline(self, transaction: bool = ...) -> Any: ...
     async def aclose(self) -> None: ...
 
 
@@ -76,6 +77,9 @@ class _ThroughSentinel:
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         return await self._master.execute_command(*args, **options)
 
+    def pipeline(self, transaction: bool = True) -> Any:
+        return self._master.pipeline(transaction=transaction)
+
     async def aclose(self) -> None:
         await self._master.aclose()
         for s in self._sentinel.sentinels:
@@ -97,6 +101,24 @@ class Script:
             return await client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return await client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
+    async def many(
+        self, client: Client, calls: Sequence[tuple[Sequence[str], Sequence[object]]]
+    ) -> list[Any]:
+        """Several runs in one round trip (a pipeline, split by slot on a Cluster); the runs
+        the server did not know the script for are sent again with EVAL."""
+        async with client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+        out = []
+        for (keys, args), r in zip(calls, replies, strict=True):
+            if isinstance(r, NoScriptError):
+                r = await client.execute_command("EVAL", self.source, len(keys), *keys, *args)
+            elif isinstance(r, Exception):
+                raise r
+            out.append(r)
+        return out
 
 
 class Store:

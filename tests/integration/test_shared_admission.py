@@ -193,3 +193,21 @@ async def test_a_slow_redis_is_left_to_the_fallback_then_used_again(make: Make) 
         await asyncio.sleep(0.05)
         probe = await a.reserve(t, "m", 1, 0.0)
     assert a.breaker.state is BreakerState.CLOSED
+
+
+async def test_scripts_are_loaded_again_after_a_flush(make: Make, redis: Redis) -> None:
+    """A restarted or flushed Redis answers NOSCRIPT: the reserve call and the pipelined
+    settlements are sent again with the script's source."""
+    a = await make()
+    t = tenant(max_concurrent=1, tokens_per_min=6, tokens_burst=100)
+    first = await a.reserve(t, "m", 50, 0.0)
+    assert isinstance(first, SharedTicket)
+    await redis.script_flush()
+    refused = await a.reserve(t, "m", 1, 0.0)  # reserve: EVALSHA, NOSCRIPT, EVAL
+    assert isinstance(refused, Rejected)
+    await redis.script_flush()
+    a.complete(first, 10, 0.0)  # settle: a pipeline of EVALSHA, NOSCRIPT, EVAL
+    await until_async(a.settled, what="settled")
+    again = await a.reserve(t, "m", 80, 0.0)  # the lease dropped, 40 tokens refunded
+    assert isinstance(again, SharedTicket)
+    assert a.breaker.state is BreakerState.CLOSED

@@ -17,7 +17,7 @@ from gateway.policy.admission import Rejected
 from gateway.policy.breaker import BreakerState
 from gateway.policy.tenants import Limits, Tenant
 from gateway.shared_limits.admission import SharedAdmission, SharedTicket
-from tests.integration.poll import until
+from tests.integration.poll import until, until_async
 from tests.redis_server import RedisServer
 
 TENANT = Tenant("acme", defaults=Limits(requests_per_s=0.1, requests_burst=3, max_concurrent=9))
@@ -91,6 +91,13 @@ async def _check(pair: list[SharedAdmission]) -> None:
     assert dict(admitted[-1].headers)["x-ratelimit-remaining-tokens"] == "970"  # the pool's
     for t in admitted:
         a.complete(t, 10, 0.0)
+    solo = Tenant("solo", defaults=Limits(max_concurrent=1))
+    held = await b.reserve(solo, "m", 1, 0.0)
+    assert isinstance(held, SharedTicket)
+    assert isinstance(await a.reserve(solo, "m", 1, 0.0), Rejected)
+    b.complete(held, 1, 0.0)
+    await until_async(b.settled, what="the lease dropped")
+    assert isinstance(await a.reserve(solo, "m", 1, 0.0), SharedTicket)
     assert a.breaker.state is BreakerState.CLOSED and b.breaker.state is BreakerState.CLOSED
 
 
