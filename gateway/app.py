@@ -167,7 +167,9 @@ class Gateway:
     def _admitter(self, config: Config) -> Admitter:
         if config.redis is None:
             return LocalAdmission(config.model_limits)
-        return SharedAdmission(config.redis, config.model_limits, self.metrics.redis)
+        return SharedAdmission(
+            config.redis, config.model_limits, self.metrics.redis, workers=self.worker_of
+        )
 
     # -- hot reload ------------------------------------------------------------------------
     def validate(self, new: Config) -> None:

@@ -114,13 +114,17 @@ class SharedAdmission:
         connector: Callable[[str, float], Client] = connect,
         lease_ttl_ms: int = LEASE_TTL_MS,
         maintain_every_s: float = MAINTAIN_EVERY_S,
+        workers: int = 1,
     ) -> None:
+        """`workers`: this gateway's worker processes, the fallback's divisor at least (all
+        the more before Redis was ever reached)."""
         self.config = config
         self.lease_ttl_ms = lease_ttl_ms
         self.maintain_every_s = maintain_every_s
         self.instance = uuid.uuid4().hex[:16]
         self.breaker = Breaker()
-        self.live = 1  # instances alive, as last counted
+        self.workers = max(1, workers)
+        self.live = self.workers  # instances alive, as last counted
         self._prefix = config.key_prefix
         self._timeout_s = config.timeout_ms / 1000
         self._metrics = metrics
@@ -239,7 +243,7 @@ class SharedAdmission:
     # -- fallback ---------------------------------------------------------------------------
     def _local(self, tenant: Tenant, model: str, estimate: int, now: float) -> Ticket | Rejected:
         """Admission by this instance's part of the limits while Redis is away."""
-        n = max(1, self.live)
+        n = self.live
         if n != self._fallback_n:
             self._rebuild_fallback(n, ())
         cached = self._split.get(tenant.name)
@@ -309,7 +313,7 @@ class SharedAdmission:
         was = self.breaker.state
         self.breaker.failure(self._clock())
         if was is not BreakerState.OPEN and self.breaker.state is BreakerState.OPEN:
-            log.warning("redis: unavailable, admitting by local limits / %d", max(1, self.live))
+            log.warning("redis: unavailable, admitting by local limits / %d", self.live)
 
     # -- background -------------------------------------------------------------------------
     async def _settler(self) -> None:
@@ -359,7 +363,7 @@ class SharedAdmission:
             live = await store.run(
                 "heartbeat", _HEARTBEAT(store.client, [key], [self.instance, self.lease_ttl_ms])
             )
-            self.live = max(1, int(live))
+            self.live = max(self.workers, int(live))
             for lease_key, ids in list(self._leases.items()):
                 args = [self.lease_ttl_ms, *sorted(ids)]
                 await store.run("refresh", _REFRESH(store.client, [lease_key], args))

@@ -211,3 +211,17 @@ async def test_scripts_are_loaded_again_after_a_flush(make: Make, redis: Redis) 
     again = await a.reserve(t, "m", 80, 0.0)  # the lease dropped, 40 tokens refunded
     assert isinstance(again, SharedTicket)
     assert a.breaker.state is BreakerState.CLOSED
+
+
+async def test_redis_never_reached_splits_by_this_gateways_workers() -> None:
+    from tests.redis_server import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    a = SharedAdmission(RedisConfig(url=url, timeout_ms=200), workers=3)
+    await a.start()
+    try:
+        t = tenant(requests_per_s=0.01, requests_burst=6)
+        results = [await a.reserve(t, "m", 1, 0.0) for _ in range(6)]
+        assert [type(r) for r in results] == [Admitted] * 2 + [Rejected] * 4  # 6 / 3 workers
+    finally:
+        await a.close()
