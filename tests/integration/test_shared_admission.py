@@ -20,7 +20,7 @@ from gateway.shared_limits.admission import SharedAdmission, SharedTicket
 from gateway.shared_limits.keys import tenant_keys
 from gateway.tasks import stop_all
 from tests.integration.poll import until_async
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 
 _PREFIXES = itertools.count()
 Make = Callable[..., Awaitable[SharedAdmission]]
@@ -214,8 +214,6 @@ async def test_scripts_are_loaded_again_after_a_flush(make: Make, redis: Redis) 
 
 
 async def test_redis_never_reached_splits_by_this_gateways_workers() -> None:
-    from tests.redis_server import free_port
-
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     a = SharedAdmission(RedisConfig(url=url, timeout_ms=200), workers=3)
     await a.start()
