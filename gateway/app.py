@@ -28,15 +28,16 @@ from gateway.observability.discovery import DiscoveryCollector
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.observability.siblings import Siblings
-from gateway.policy.admission import Admission
 from gateway.policy.routing.router import Router
 from gateway.policy.tenants import ANONYMOUS, Limits, Tenant, Tenants
+from gateway.runtime.admitter import Admitter, LocalAdmission
 from gateway.runtime.events import EventQueue
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
+from gateway.shared_limits.admission import SharedAdmission
 from gateway.tls import TlsFiles
 from gateway.upstream import credentials
 from gateway.workers import Seat, share
@@ -163,7 +164,7 @@ class Gateway:
             self.fleet,
             self.scheduler,
             Tenants(config.tenants, config.anonymous),
-            Admission(config.model_limits),
+            self._admitter(config),
             s.max_pending_deltas,
             self.metrics,
         )
@@ -202,6 +203,13 @@ class Gateway:
         self.http_port = 0
         self.grpc_port = 0
 
+    def _admitter(self, config: Config) -> Admitter:
+        if config.redis is None:
+            return LocalAdmission(config.model_limits)
+        return SharedAdmission(
+            config.redis, config.model_limits, self.metrics.redis, workers=self.worker_of
+        )
+
     # -- hot reload ------------------------------------------------------------------------
     def validate(self, new: Config) -> None:
         """What a running gateway cannot take without a restart, and what only building shows."""
@@ -211,6 +219,8 @@ class Gateway:
         for name in ("http", "grpc", "max_body_bytes", *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
                 raise ValueError(f"gateway.{name} changes only with a restart")
+        if new.redis != self.config.redis:
+            raise ValueError("redis changes only with a restart")
         if new.discovery != self.config.discovery:
             raise ValueError("discovery changes only with a restart")
 
@@ -230,11 +240,9 @@ class Gateway:
         new = share(new, self.worker_of)
         s = new.gateway
         tenants = Tenants(new.tenants, new.anonymous)
-        admission = Admission(new.model_limits)
         self.supervisor.reconfigure(new.routing, new.retry, new.health)  # may raise: first
-        admission.carry_over(self.service.admission, kept_tenants(self.config, new))
+        self.service.admission.reconfigure(new.model_limits, kept_tenants(self.config, new))
         self.service.tenants = tenants
-        self.service.admission = admission
         self.service.max_pending = s.max_pending_deltas
         self.service.fallbacks = dict(new.fallbacks)
         self.scheduler.reconfigure(new.scheduling, new.model_capacity)
@@ -255,6 +263,7 @@ class Gateway:
 
     async def start(self) -> None:
         s = self.config.gateway
+        await self.service.admission.start()
         self.fleet.start()
         if self.discovery is not None:
             self.discovery.start()
@@ -342,3 +351,4 @@ class Gateway:
             await self.siblings.stop()
         await self.scheduler.close()
         await self.fleet.close()
+        await self.service.admission.close()

@@ -6,6 +6,9 @@ bursts and concurrency, and `1/N` of each pool's slots (its share of capacity), 
 reload. A tenant's requests land on workers at random, so with few requests its effective limit
 can be below the configured one (a burst of 2 split over 2 workers is 1 each); per-worker state
 (buckets, queues, prefix affinity) is not shared. Use it where one core is the bottleneck.
+With `redis:` configured, tenants' and model pools' limits are not split: every worker admits
+against the shared buckets in Redis (gateway/shared_limits), and the 1/N split only applies to
+the local fallback while Redis is away.
 
 The parent makes a private runtime directory (mode 0700) and tells each worker its seat in it.
 A worker serves its own metrics on `worker-<i>.sock` there; the one a /metrics scrape reaches
@@ -52,12 +55,13 @@ def share(config: Config, n: int) -> Config:
     if n <= 1:
         return config
     data = msgspec.to_builtins(config)
-    for tenant in data.get("tenants", []):
-        _scale(tenant, n)
-        for override in (tenant.get("models") or {}).values():
-            _scale(override, n)
-    for limits in (data.get("model_limits") or {}).values():
-        _scale(limits, n)
+    if config.redis is None:  # with Redis the limits are shared whole (1/N only in fallback)
+        for tenant in data.get("tenants", []):
+            _scale(tenant, n)
+            for override in (tenant.get("models") or {}).values():
+                _scale(override, n)
+        for limits in (data.get("model_limits") or {}).values():
+            _scale(limits, n)
     data["model_capacity"] = {
         m: max(1, math.ceil(c / n)) for m, c in (data.get("model_capacity") or {}).items()
     }

@@ -12,6 +12,7 @@ import pytest_asyncio
 
 from engine_sidecar.backends.tiny_model import ensure_tiny_model
 from tests.engines import require, vllm_config
+from tests.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +42,12 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     with vllm_serve(vllm_config(tiny_model_dir), log, *SERVE_FLAGS) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for the session (tests use their own key prefixes)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()

@@ -154,7 +154,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         try:
             req = to_request(request, self.settings.default_max_tokens)
             metadata = dict(context.invocation_metadata() or ())
-            gen = self._service.submit(req, bearer_key(metadata.get("authorization")))
+            gen = await self._service.submit(req, bearer_key(metadata.get("authorization")))
         except GatewayError as e:
             await context.abort(status_of(e), e.message, trailing(e))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,9 @@ import msgspec
 import yaml
 
 from gateway.config.schema import Config
+
+# Overrides `redis.url` of a config that has a `redis:` section (secrets stay out of the file).
+REDIS_URL_ENV = "SHARDGATE_REDIS_URL"
 
 _PATH = re.compile(r"at `\$((?:\.[^.\[`]+|\[\d+\])*)`")
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
@@ -36,6 +40,9 @@ def parse(text: str, origin: str = "<config>") -> Config:
         raise ConfigError(f"{origin}: not valid YAML: {e}") from None
     if data is None:
         data = {}
+    url = os.environ.get(REDIS_URL_ENV)
+    if url and isinstance(data, dict) and isinstance(data.get("redis"), dict):
+        data["redis"] = {**data["redis"], "url": url}
     try:
         return msgspec.convert(data, Config)
     except msgspec.ValidationError as e:

@@ -10,6 +10,7 @@ from gateway.config.discovery import DiscoverySettings
 from gateway.config.pricing import Pricing
 from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
 from gateway.config.tenants import RateLimits, SchedulingConfig, TenantConfig, check_tenancy
+from gateway.shared_limits.target import parse_target
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -112,6 +113,29 @@ class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
             raise ValueError(f"address {self.address!r} must be host:port")
 
 
+class RedisConfig(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Tenants' and model pools' limits shared by every worker and instance (see README:
+    Shared limits). redis:// or rediss:// (one server), redis+sentinel://host:port[,host:port]/
+    <service>[/db] (Sentinel), redis+cluster://host:port[,host:port] (Cluster)."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+    # Every key starts with it: several gateways' fleets can share one Redis.
+    key_prefix: str = "shardgate"
+    # One Redis call's deadline; past it the request is admitted by the local fallback.
+    timeout_ms: Annotated[int, msgspec.Meta(gt=0, le=10_000)] = 50
+
+    def __post_init__(self) -> None:
+        scheme = self.url.partition("://")[0]
+        if scheme not in REDIS_SCHEMES:
+            raise ValueError(f"redis.url: scheme {scheme!r} is not one of {sorted(REDIS_SCHEMES)}")
+        parse_target(self.url)
+        if not self.key_prefix or any(c in self.key_prefix for c in "{} "):
+            raise ValueError("redis.key_prefix must be non-empty, without spaces or braces")
+
+
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "redis+sentinel", "redis+cluster"})
+
+
 class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     gateway: GatewaySettings = GatewaySettings()
     sidecars: list[SidecarEndpoint] = []
@@ -138,6 +162,8 @@ class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     routing: RoutingSettings = RoutingSettings()
     health: HealthSettings = HealthSettings()
     retry: RetrySettings = RetrySettings()
+    # Limits shared in Redis (absent: each process keeps its own buckets).
+    redis: RedisConfig | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sidecars]

@@ -34,6 +34,7 @@ from gateway.observability.labels import (
     outcome_label,
     reason_of,
 )
+from gateway.observability.redis_metrics import RedisMetrics
 
 __all__ = ["GatewayMetrics"]
 
@@ -156,6 +157,7 @@ class GatewayMetrics:
         )
         for kind in ProtocolError:
             self._protocol_errors.labels(kind.value)
+        self.redis = RedisMetrics(r)
         self._callbacks = CallbackCollector()
         r.register(self._callbacks)
         self.add_models(models)

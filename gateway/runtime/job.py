@@ -23,10 +23,10 @@ from gateway.runtime.stream import ResponseStream
 from gateway.types import Delta, Finish, GatewayError, GatewayTimeout, GenerationRequest
 
 if TYPE_CHECKING:
-    from gateway.policy.admission import Admitted
     from gateway.policy.priority_queue import Waiter
     from gateway.policy.retry import Attempts
     from gateway.policy.routing.snapshot import RequestFeatures
+    from gateway.runtime.admitter import Ticket
     from gateway.upstream.link import EngineLink
 
 # Module globals: an enum attribute lookup per token is slow in CPython 3.11.
@@ -120,7 +120,7 @@ class Job:
         self.outcome = ""
         self.timed_out = False
         self.observe_itl: Callable[[float], None] | None = None
-        self.ticket: Admitted | None = None  # the admission ticket, settled when done
+        self.ticket: Ticket | None = None  # the admission ticket, settled when done
         self.waiter: Waiter[Job] | None = None  # its place in the pool's queue
         self._began = False  # an engine produced its first output
         self._deadline = math.inf  # loop time

@@ -9,8 +9,9 @@ from shardgate.v1.params import asked
 
 from gateway.observability.labels import RejectReason, reason_of
 from gateway.observability.metrics import GatewayMetrics
-from gateway.policy.admission import Admission, Rejected, estimate_tokens
+from gateway.policy.admission import Rejected, estimate_tokens
 from gateway.policy.tenants import Tenants
+from gateway.runtime.admitter import Admitter
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.scheduler import Scheduler
@@ -44,7 +45,7 @@ class Service:
         fleet: Fleet,
         scheduler: Scheduler,
         tenants: Tenants,
-        admission: Admission,
+        admission: Admitter,
         max_pending_deltas: int,
         metrics: GatewayMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -58,7 +59,7 @@ class Service:
         self.max_pending = max_pending_deltas
         self._clock = clock
 
-    def submit(self, req: GenerationRequest, api_key: str | None) -> Job:
+    async def submit(self, req: GenerationRequest, api_key: str | None) -> Job:
         """Admit and schedule a request; raises 401/404/429/503 errors with their headers."""
         tenant = self.tenants.resolve(api_key)
         if not self.fleet.knows(req.model) and req.model not in self.fallbacks:
@@ -72,7 +73,7 @@ class Service:
         req.priority = priority
         estimate = estimate_tokens(req)
         now = self._clock()
-        ticket = self.admission.admit(tenant, req.model, estimate, now)
+        ticket = await self.admission.reserve(tenant, req.model, estimate, now)
         if isinstance(ticket, Rejected):
             if self.metrics is not None:
                 self.metrics.rejected(req.model, reject_reason(ticket), priority)

@@ -99,7 +99,7 @@ def test_kept_tenants_of_open_configs_and_renames() -> None:
 
 def _admitted(gw: Gateway, n: int, now: float) -> int:
     tenant = gw.service.tenants.resolve("k")
-    results = [gw.service.admission.admit(tenant, "m", 1, now) for _ in range(n)]
+    results = [gw.service.admission.policy.admit(tenant, "m", 1, now) for _ in range(n)]
     return sum(isinstance(r, Admitted) for r in results)
 
 
@@ -118,3 +118,11 @@ async def test_a_reload_applies_this_workers_share_and_keeps_the_buckets(workers
     # A changed limit starts a fresh bucket, of this worker's share of the new burst.
     gw.apply(parse(LIMITED.replace("requests_burst: 4", "requests_burst: 8")), 3, "abc")
     assert _admitted(gw, 12, now=102.0) == 8 // workers
+
+
+def test_with_redis_the_limits_are_not_split_only_the_slots() -> None:
+    c = share(parse(CONFIG + "redis: {url: 'redis://127.0.0.1:1/0'}\n"), 4)
+    t = c.tenants[0]
+    assert (t.requests_per_s, t.requests_burst, t.max_concurrent) == (10, 3, 5)
+    assert c.model_limits["m"].requests_per_s == 100
+    assert c.model_capacity == {"m": 3}

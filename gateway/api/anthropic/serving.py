@@ -65,7 +65,7 @@ class AnthropicServing:
         if asked is not None:
             req.priority = parse_priority(asked)
         req.session_id = headers.get("x-session-id", "")[:128]
-        gen = self._service.submit(req, api_key(headers))
+        gen = await self._service.submit(req, api_key(headers))
         deadline = asyncio.get_running_loop().time() + s.request_timeout_s
         gen.arm(deadline, s.first_token_timeout_s)
         try:

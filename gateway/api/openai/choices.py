@@ -29,26 +29,24 @@ _Item = tuple[int, list[Delta], GatewayError | None]
 
 
 class Choices:
-    def __init__(
-        self, service: Service, req: GenerationRequest, api_key: str | None, kind: str
-    ) -> None:
+    def __init__(self, service: Service, req: GenerationRequest, kind: str) -> None:
         self.req = req
         self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
         self.jobs: list[Job] = []
-        children = [req.child(i) for i in range(req.n)]
-        session = req.session_id or f"choices:{req.request_id}"
-        try:
-            for child in children:
-                child.session_id = session
-                self.jobs.append(service.submit(child, api_key))
-        except GatewayError:
-            for job in self.jobs:
-                job.close()
-            raise
+        self._service = service
         self._items: asyncio.Queue[_Item] = asyncio.Queue()
         self._pumps: list[asyncio.Task[None]] = []
-        self.tallies = [Tally() for _ in children]
-        self.answers = [Answer(req.generation.tools) for _ in children]
+        self.tallies = [Tally() for _ in range(req.n)]
+        self.answers = [Answer(req.generation.tools) for _ in range(req.n)]
+
+    async def submit(self, api_key: str | None) -> None:
+        """Admit every choice, or none: the first refusal drops those admitted (`close`)."""
+        req = self.req
+        session = req.session_id or f"choices:{req.request_id}"
+        for i in range(req.n):
+            child = req.child(i)
+            child.session_id = session
+            self.jobs.append(await self._service.submit(child, api_key))
 
     def arm(self, deadline: float, first_output_s: float) -> None:
         for job in self.jobs:

@@ -65,15 +65,16 @@ class OpenAIServing:
         key = bearer_key(headers.get("Authorization"))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         if req.n > 1:
-            choices = Choices(self._service, req, key, kind)
+            choices = Choices(self._service, req, kind)
             try:
+                await choices.submit(key)
                 choices.arm(deadline, self.settings.first_token_timeout_s)
                 if req.stream:
                     return await choices.stream(request)
                 return await choices.unary()
             finally:
                 await choices.close()
-        gen = self._service.submit(req, key)
+        gen = await self._service.submit(req, key)
         gen.arm(deadline, self.settings.first_token_timeout_s)
         try:
             batch = await gen.take()
