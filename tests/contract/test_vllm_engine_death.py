@@ -36,7 +36,7 @@ class DyingLLM:
         from vllm.v1.engine.exceptions import EngineDeadError
 
         out = SimpleNamespace(
-            outputs=[SimpleNamespace(token_ids=[7], text="x", finish_reason=None)],
+            outputs=[SimpleNamespace(token_ids=[7], text="x", finish_reason=None, logprobs=None)],
             finished=False,
             num_cached_tokens=0,
         )
