@@ -39,6 +39,10 @@ def make_backend(config: SidecarConfig) -> Backend:
         from engine_sidecar.backends.triton.backend import TritonBackend
 
         return TritonBackend(config.triton)
+    if config.backend == "openai" and config.openai is not None:
+        from engine_sidecar.backends.openai.backend import OpenAIBackend
+
+        return OpenAIBackend(config.openai)
     raise ValueError(f"unknown backend {config.backend!r}")
 
 
