@@ -83,8 +83,9 @@ class RequestStream:
         except TimeoutError:
             self._emit(usage.error(ErrorCode.UNAVAILABLE, "the engine server stopped responding"))
         except (aiohttp.ClientError, OSError) as e:  # (connection refused, reset, ...)
-            self._unreachable()
-            message = f"the engine server is unreachable: {type(e).__name__}: {e}"
+            if isinstance(e, aiohttp.ClientConnectorError | ConnectionRefusedError):
+                self._unreachable()  # nothing listens there: dead now
+            message = f"the engine server failed the stream: {type(e).__name__}: {e}"
             self._emit(usage.error(ErrorCode.UNAVAILABLE, message))
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             self._emit(usage.error(ErrorCode.INTERNAL, f"the engine server sent garbage: {e}"))
