@@ -135,11 +135,18 @@ async def test_answers_equal_vllm_serve_s_own(
     assert want[2][1] > 0
 
 
+async def _server_load(front: Front) -> Any:
+    async with aiohttp.ClientSession() as http, http.get(front.server_url + "/metrics") as r:
+        return parse_metrics(await r.text())
+
+
 async def test_a_client_gone_aborts_the_request_on_the_server(
     front: Front, clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]
 ) -> None:
     ours, _ = clients
     backend = front.sidecar.backend  # its load is the server's own /metrics
+    await eventually(lambda: backend.load().running == 0)
+    before = (await _server_load(front)).generated_tokens
     stream = await ours.chat.completions.create(
         model=MODEL, messages=MESSAGES, stream=True, max_tokens=400, extra_body={"ignore_eos": True}
     )
@@ -149,8 +156,9 @@ async def test_a_client_gone_aborts_the_request_on_the_server(
     await stream.close()
     await eventually(lambda: front.sidecar.hub.inflight == 0)
     await eventually(lambda: backend.load().running == 0)
-    async with aiohttp.ClientSession() as http, http.get(front.server_url + "/metrics") as r:
-        assert parse_metrics(await r.text()).running == 0
+    after = await _server_load(front)
+    assert after.running == 0
+    assert after.generated_tokens - before < 400  # the server stopped it: not all were made
 
 
 async def test_the_sidecar_announces_what_the_server_takes(front: Front) -> None:
