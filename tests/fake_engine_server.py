@@ -44,7 +44,9 @@ def chat_ids(messages: list[dict[str, Any]]) -> list[int]:
 
 
 class FakeEngineServer:
-    def __init__(self, *, token_ids: bool = True, token_delay_s: float = 0.0) -> None:
+    def __init__(
+        self, *, token_ids: bool = True, token_delay_s: float = 0.0, port: int = 0
+    ) -> None:
         self.token_ids = token_ids
         self.token_delay_s = token_delay_s
         self.running = 0
@@ -63,7 +65,7 @@ class FakeEngineServer:
         app.router.add_post("/detokenize", self._detokenize)
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         self._site: web.TCPSite | None = None
-        self.port = 0
+        self.port = port
 
     @property
     def url(self) -> str:
@@ -71,7 +73,7 @@ class FakeEngineServer:
 
     async def start(self) -> None:
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await self._site.start()
         self.port = self._runner.addresses[0][1]
 
@@ -207,3 +209,25 @@ class FakeEngineServer:
         if finished:
             await resp.write_eof()
         return resp
+
+
+async def _serve(port: int, token_delay_s: float) -> None:
+    server = FakeEngineServer(token_delay_s=token_delay_s, port=port)
+    await server.start()
+    print(f"listening on {server.port}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    """`python -m tests.fake_engine_server PORT [TOKEN_DELAY_S]`: serve until killed."""
+    import sys
+
+    import uvloop
+
+    port = int(sys.argv[1])
+    delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+    uvloop.run(_serve(port, delay))
+
+
+if __name__ == "__main__":
+    main()

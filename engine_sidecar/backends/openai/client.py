@@ -19,6 +19,7 @@ import aiohttp
 from engine_sidecar.backends.openai.config import OpenAIConfig
 
 _DONE = b"[DONE]"
+_MAX_LINE = 16 << 20  # one event (a chunk with token ids and text) at most
 
 
 class ServerRefused(Exception):
@@ -111,19 +112,25 @@ class EngineClient:
                 async with asyncio.timeout(c.rpc_timeout_s):
                     raise refusal(r.status, await r.read())
             content = r.content
+            rest = b""
             while True:
+                # One deadline per read of the socket (it may hold many events), not per line.
                 async with asyncio.timeout_at(min(loop.time() + timeout, deadline)):
-                    line = await content.readline()
-                if not line:
+                    data = await content.readany()
+                if not data:
                     return  # the server ended the stream (the reader sees no finish)
                 timeout = c.chunk_timeout_s
-                if not line.startswith(b"data:"):
-                    continue  # blank separators, comments, other fields
-                data = line[5:].strip()
-                if data == _DONE:
-                    done = True
-                    return
-                yield data
+                *lines, rest = (rest + data).split(b"\n")
+                if len(rest) > _MAX_LINE:
+                    raise aiohttp.ClientPayloadError(f"an event line over {_MAX_LINE} bytes")
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, comments, other fields
+                    payload = line[5:].strip()
+                    if payload == _DONE:
+                        done = True
+                        return
+                    yield payload
         finally:
             if done:
                 r.release()
