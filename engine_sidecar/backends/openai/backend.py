@@ -30,6 +30,7 @@ from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
 from engine_sidecar.backends.openai.config import OpenAIConfig
 from engine_sidecar.backends.openai.job import make_job
 from engine_sidecar.backends.openai.monitor import Monitor
+from engine_sidecar.backends.openai.process import EngineProcess
 from engine_sidecar.backends.openai.start import load_tokenizer, served_model, takes_token_ids
 from engine_sidecar.backends.openai.stream import RequestStream, Server
 from engine_sidecar.backends.openai.tokens import detokenize, prompt_ids, refused
@@ -54,6 +55,7 @@ class OpenAIBackend:
         self._requests: dict[int, tuple[asyncio.Task[None], RequestStream]] = {}
         self._cancelled: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self.process: EngineProcess | None = None  # the engine server, where we run it
         self.generated_tokens = 0
         self.steps = 0  # chunks that brought tokens (where the server reports no steps)
 
@@ -73,6 +75,9 @@ class OpenAIBackend:
         c = self.config
         client = self._client = EngineClient(c)
         monitor = Monitor(client, c)
+        if c.command:
+            self.process = EngineProcess(c)
+            self.process.start()
         try:
             if not await monitor.wait_ready(c.startup_timeout_s):
                 raise RuntimeError(f"the engine server at {c.url} is not healthy")
@@ -82,6 +87,8 @@ class OpenAIBackend:
         except BaseException:
             self._client = None
             await client.close()
+            if self.process is not None:
+                await self.process.stop()
             raise
         max_len = c.max_model_len or model.max_model_len or _DEFAULT_MAX_MODEL_LEN
         self._limits = Limits(c.served_name, max_len, frozenset(c.loras))
@@ -118,6 +125,8 @@ class OpenAIBackend:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+        if self.process is not None:
+            await self.process.stop()
 
     def submit(self, request: EngineRequest) -> None:
         server, batcher, monitor = self._server, self._batcher, self._monitor

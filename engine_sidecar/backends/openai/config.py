@@ -49,10 +49,20 @@ class OpenAIConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     unhealthy_after: PositiveInt = 2
     # How long start() waits for the server to answer /health.
     startup_timeout_s: Seconds = 600.0
+    # The engine server's command line, for a sidecar that runs it as its child (restarted
+    # with backoff when it exits, its output logged); absent: it runs on its own.
+    command: list[str] | None = None
+    command_env: dict[str, str] = {}
+    restart_backoff_s: Seconds = 1.0
+    restart_backoff_max_s: Seconds = 30.0
+    # A run this long starts the backoff again from restart_backoff_s.
+    restart_reset_s: Seconds = 60.0
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("openai.model must not be empty")
+        if self.command is not None and not self.command:
+            raise ValueError("openai.command must not be empty")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"openai.base_url must be an http(s) URL, got {self.base_url!r}")
 

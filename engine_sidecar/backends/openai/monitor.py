@@ -29,6 +29,7 @@ class Monitor:
         self.failures = 0
         self.load = ServerLoad()
         self.has_metrics = True
+        self._seen_up = False  # (no error logged for a server that has not started yet)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -45,13 +46,14 @@ class Monitor:
         try:
             await self._client.get("/health")
         except _FAILURES:
-            if self.alive and self.failures + 1 >= self._config.unhealthy_after:
+            if self._seen_up and self.alive and self.failures + 1 >= self._config.unhealthy_after:
                 log.error("engine server %s stopped answering /health", self._config.url)
             self.failures += 1
             return False
-        if not self.alive:
+        if not self.alive and self._seen_up:
             log.info("engine server %s answers again", self._config.url)
         self.failures = 0
+        self._seen_up = True
         return True
 
     async def wait_ready(self, timeout_s: float) -> bool:
