@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine_sidecar import config as sidecar_config
 from engine_sidecar.backend import ErrorCode, Finish
 from engine_sidecar.backends.openai.chunks import Chunk, finish_of, read_chunk
 from engine_sidecar.backends.openai.client import refusal
@@ -131,5 +132,9 @@ def test_config_checks() -> None:
         OpenAIConfig(model="")
     with pytest.raises(ValueError, match="base_url"):
         OpenAIConfig(model="m", base_url="127.0.0.1:8000")
+    with pytest.raises(ValueError, match="command"):
+        OpenAIConfig(model="m", command=[])
+    with pytest.raises(ValueError, match="openai"):
+        sidecar_config.decode({"backend": "openai"})
     c = OpenAIConfig(model="m", base_url="http://h:1/")
     assert (c.url, c.served_name) == ("http://h:1", "m")
