@@ -45,8 +45,14 @@ def chat_ids(messages: list[dict[str, Any]]) -> list[int]:
 
 class FakeEngineServer:
     def __init__(
-        self, *, token_ids: bool = True, token_delay_s: float = 0.0, port: int = 0
+        self,
+        *,
+        token_ids: bool = True,
+        token_delay_s: float = 0.0,
+        port: int = 0,
+        api_key: str | None = None,
     ) -> None:
+        """`api_key`: the /v1 routes want it as a Bearer token (as `vllm serve --api-key`)."""
         self.token_ids = token_ids
         self.token_delay_s = token_delay_s
         self.running = 0
@@ -55,7 +61,8 @@ class FakeEngineServer:
         self._hung = asyncio.Event()
         self._release = asyncio.Event()
         self._transports: set[asyncio.BaseTransport] = set()
-        app = web.Application()
+        self.api_key = api_key
+        app = web.Application(middlewares=[self._auth])
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/models", self._models)
@@ -93,6 +100,18 @@ class FakeEngineServer:
         self._release.set()
         await self.kill()
         await self._runner.cleanup()
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        wanted = f"Bearer {self.api_key}"
+        if (
+            self.api_key
+            and request.path.startswith("/v1")
+            and (request.headers.get("Authorization") != wanted)
+        ):
+            return web.json_response({"error": {"message": "Unauthorized"}}, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def _gate(self, request: web.Request) -> None:
         if request.transport is not None:

@@ -16,6 +16,7 @@ from engine_sidecar.backend import ChatMessage, ErrorCode, Finish, RequestError,
 from engine_sidecar.backends.openai import OpenAIConfig
 from engine_sidecar.backends.openai.backend import OpenAIBackend
 from engine_sidecar.backends.openai.body import OPENAI_CAPABILITIES
+from engine_sidecar.backends.openai.client import ServerRefused
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.server import Sidecar
 from gateway.app import Gateway
@@ -169,6 +170,26 @@ async def test_a_text_only_server_is_used_for_text(fake: FakeEngineServer) -> No
         assert deltas[-1].prompt_tokens == 3
     finally:
         await b.stop()
+
+
+async def test_the_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = FakeEngineServer(api_key="sesame")
+    await server.start()
+    try:
+        b = OpenAIBackend(config(server, api_key_env="ENGINE_KEY"))
+        with pytest.raises(ServerRefused) as e:  # (not set)
+            await b.start(Collector().sink)
+        assert e.value.status == 401
+        monkeypatch.setenv("ENGINE_KEY", "sesame")
+        b, c = OpenAIBackend(config(server, api_key_env="ENGINE_KEY")), Collector()
+        await b.start(c.sink)
+        try:
+            submit(b, 1, 3)
+            assert (await c.finished(1))[-1].finish is Finish.LENGTH
+        finally:
+            await b.stop()
+    finally:
+        await server.stop()
 
 
 GATEWAY_YAML = """
