@@ -29,7 +29,8 @@ from tests.requests import engine_request
 FAST: dict[str, Any] = {
     "health_interval_s": 0.05,
     "metrics_interval_s": 0.05,
-    "rpc_timeout_s": 0.5,
+    "rpc_timeout_s": 2.0,
+    "health_timeout_s": 0.3,
     "unhealthy_after": 2,
     "startup_timeout_s": 10.0,
 }

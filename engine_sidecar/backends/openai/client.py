@@ -76,9 +76,9 @@ class EngineClient:
         if session is not None:
             await session.close()
 
-    async def get(self, path: str) -> bytes:
+    async def get(self, path: str, timeout_s: float | None = None) -> bytes:
         """The body of a GET; raises ServerRefused on an error status."""
-        async with asyncio.timeout(self._config.rpc_timeout_s):
+        async with asyncio.timeout(timeout_s or self._config.rpc_timeout_s):
             async with self._open().get(self._url + path) as r:
                 body = await r.read()
                 if r.status >= 400:

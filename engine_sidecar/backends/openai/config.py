@@ -43,6 +43,8 @@ class OpenAIConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     # /health, /metrics, /v1/models, /tokenize and /detokenize calls.
     rpc_timeout_s: Seconds = 5.0
     health_interval_s: Seconds = 0.5
+    # One /health check: a server that takes longer has stopped answering.
+    health_timeout_s: Seconds = 1.0
     metrics_interval_s: Seconds = 1.0
     # Consecutive failed health checks after which the server counts as dead (the sidecar
     # turns NOT_SERVING); one failed request stream that could not reach it counts at once.

@@ -44,7 +44,7 @@ class Monitor:
 
     async def check(self) -> bool:
         try:
-            await self._client.get("/health")
+            await self._client.get("/health", self._config.health_timeout_s)
         except _FAILURES:
             if self._seen_up and self.alive and self.failures + 1 >= self._config.unhealthy_after:
                 log.error("engine server %s stopped answering /health", self._config.url)
