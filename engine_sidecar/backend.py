@@ -10,7 +10,7 @@ client or on the link.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -123,12 +123,13 @@ DeltaSink = Callable[[list[EngineDelta]], None]
 
 
 class Tokenizes(Protocol):
-    """A backend that can say how its engine tokenises (vLLM's /tokenize and /detokenize)."""
+    """A backend that can say how its engine tokenises (vLLM's /tokenize and /detokenize).
+    A backend that asks its engine server answers with an awaitable."""
 
-    def tokenize(self, request: EngineRequest) -> list[int]:
+    def tokenize(self, request: EngineRequest) -> list[int] | Awaitable[list[int]]:
         """The prompt's ids, chat template applied; raises RequestError (model, lora, input)."""
 
-    def detokenize(self, model: str, ids: list[int]) -> str:
+    def detokenize(self, model: str, ids: list[int]) -> str | Awaitable[str]:
         """The text of `ids`; raises RequestError (unknown model, ids out of the vocabulary)."""
 
 

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from engine_sidecar.backends.openai.config import OpenAIConfig
 from engine_sidecar.backends.sim.config import SimConfig
 from engine_sidecar.backends.triton.config import TritonConfig
 from engine_sidecar.backends.vllm.config import VllmConfig
@@ -27,10 +28,11 @@ class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     name: str = "sidecar"
     host: str = "127.0.0.1"
     port: Port = 50061
-    backend: Literal["sim", "vllm", "triton"] = "sim"
+    backend: Literal["sim", "vllm", "triton", "openai"] = "sim"
     sim: SimConfig = SimConfig()
     vllm: VllmConfig | None = None
     triton: TritonConfig | None = None
+    openai: OpenAIConfig | None = None
     # Shard group: a replica spanning several sidecars (TP/PP across nodes).
     group: str = ""
     rank: Annotated[int, msgspec.Meta(ge=0)] = 0

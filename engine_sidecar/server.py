@@ -40,6 +40,10 @@ def make_backend(config: SidecarConfig) -> Backend:
         from engine_sidecar.backends.triton.backend import TritonBackend
 
         return TritonBackend(config.triton)
+    if config.backend == "openai" and config.openai is not None:
+        from engine_sidecar.backends.openai.backend import OpenAIBackend
+
+        return OpenAIBackend(config.openai)
     raise ValueError(f"unknown backend {config.backend!r}")
 
 
@@ -120,13 +124,19 @@ class Sidecar:
             await self.health.set(name, status)
 
     async def _watch_engine(self) -> None:
-        """An engine that dies turns the sidecar NOT_SERVING at once."""
+        """An engine that dies turns the sidecar NOT_SERVING at once; one that comes back (an
+        engine server restarted) SERVING again, unless the sidecar drains."""
+        serving = True
         while True:
-            if not self.backend.healthy():
-                break
+            healthy = self.backend.healthy()
+            if healthy != serving and not self.hub.draining:
+                serving = healthy
+                if healthy:
+                    log.info("engine is healthy again")
+                else:
+                    log.error("engine is no longer healthy")
+                await self._set_serving(serving)
             await asyncio.sleep(0.1)
-        log.error("engine is no longer healthy")
-        await self._set_serving(False)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain: refuse new work, let in-flight requests finish within the grace, then stop."""

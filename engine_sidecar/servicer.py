@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import AsyncIterator
 from typing import NoReturn, cast
@@ -119,6 +120,8 @@ class EngineServicer(pb_grpc.EngineServicer):
             ids = backend.tokenize(
                 convert.to_request(pb.SubmitRequest(generation=request.generation), 0)
             )
+            if inspect.isawaitable(ids):  # (a backend that asks its engine server)
+                ids = await ids
         except RequestError as e:
             await self._refuse(context, e)
         max_len = next((m.max_model_len for m in self._backend.info().models), 0)
@@ -132,6 +135,8 @@ class EngineServicer(pb_grpc.EngineServicer):
             await self._unimplemented(context)
         try:
             text = backend.detokenize(request.model, list(request.tokens))
+            if inspect.isawaitable(text):
+                text = await text
         except RequestError as e:
             await self._refuse(context, e)
         return pb.DetokenizeReply(prompt=text)

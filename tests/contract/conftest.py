@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import pytest_asyncio
 
@@ -17,7 +18,7 @@ from engine_sidecar.backend import Backend
 from tests.contract.harness import Caps, Harness
 from tests.engines import TINY_MAX_MODEL_LEN, require, vllm_config
 
-BACKENDS = ["sim", "vllm", "triton-vllm", "triton-trtllm"]
+BACKENDS = ["sim", "vllm", "triton-vllm", "triton-trtllm", "openai"]
 SLOTS = 4
 
 
@@ -85,6 +86,17 @@ def make_harness(kind: str, request: pytest.FixtureRequest) -> Harness:
         backend = VllmBackend(vllm_config(tiny_dir), engine=engine)
         caps = Caps(logprobs=True)
         return Harness(kind, backend, "tiny-llama", caps, tokenizer=engine.tokenizer)
+    if kind == "openai":  # in front of a real `vllm serve` of the same engine
+        require("vllm")
+        from engine_sidecar.backends.openai import OpenAIConfig
+        from engine_sidecar.backends.openai.backend import OpenAIBackend
+
+        url = request.getfixturevalue("vllm_server")
+        config = OpenAIConfig(base_url=url, model="tiny-llama", max_num_seqs=SLOTS)
+        config = msgspec.structs.replace(config, health_interval_s=0.05, metrics_interval_s=0.05)
+        tokenizer = request.getfixturevalue("tiny_tokenizer")
+        caps = Caps(step_batches=False)
+        return Harness(kind, OpenAIBackend(config), "tiny-llama", caps, tokenizer=tokenizer)
     server = request.getfixturevalue("fake_triton")
     convention = kind.removeprefix("triton-")
     exact = convention == "trtllm"  # token ids in and out

@@ -1,0 +1,126 @@
+"""An EngineRequest -> the JSON body of the server's /v1/completions or /v1/chat/completions.
+
+The sampling fields keep their names: the request's Sampling is named as vLLM's OpenAI server
+names its fields, so each one the request asks for goes through as it is (structured outputs as
+vLLM's `structured_outputs`). Each body streams, with usage in the last chunk.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from shardgate.v1.params import Message, Sampling, Structured, asked
+
+from engine_sidecar.backend import EngineRequest
+
+# The optional sampling fields vLLM's OpenAI server takes (the vllm backend's CAPABILITIES),
+# less logprobs: the server's logprobs name tokens by their text only, and this backend does not
+# read them yet (so they are refused by name, not dropped).
+VLLM_CAPABILITIES = frozenset(
+    {
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "min_p",
+        "logit_bias",
+        "stop_token_ids",
+        "min_tokens",
+        "bad_words",
+        "allowed_token_ids",
+        "structured",
+        "include_stop_str_in_output",
+    }
+)
+NOT_PASSED = frozenset({"logprobs"})
+# Those of the OpenAI API itself, which any compatible server takes.
+OPENAI_CAPABILITIES = frozenset({"presence_penalty", "frequency_penalty", "logit_bias"})
+
+
+def structured_outputs(s: Structured) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if s.json is not None:
+        out["json"] = json.loads(s.json)
+    if s.json_object is not None:
+        out["json_object"] = s.json_object
+    if s.regex is not None:
+        out["regex"] = s.regex
+    if s.choice is not None:
+        out["choice"] = list(s.choice)
+    if s.grammar is not None:
+        out["grammar"] = s.grammar
+    return out
+
+
+def sampling_fields(s: Sampling, max_tokens: int, resumed: int, *, stop: bool) -> dict[str, Any]:
+    """`max_tokens` left to generate; `resumed` tokens an earlier run generated (they count
+    towards min_tokens); `stop`: let the server apply the stop strings."""
+    body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": s.temperature}
+    body["top_p"] = s.top_p
+    if s.top_k > 0:
+        body["top_k"] = s.top_k
+    if s.seed is not None:
+        body["seed"] = s.seed
+    if stop and s.stop:
+        body["stop"] = list(s.stop)
+    if s.ignore_eos:
+        body["ignore_eos"] = True
+    for name in asked(s):
+        value = getattr(s, name)
+        if name == "structured":
+            body["structured_outputs"] = structured_outputs(value)
+        elif name == "logit_bias":
+            body[name] = {str(k): v for k, v in value.items()}
+        elif name == "min_tokens":
+            if value > resumed:
+                body[name] = value - resumed
+        else:
+            body[name] = list(value) if isinstance(value, tuple) else value
+    return body
+
+
+def _message(m: Message) -> dict[str, Any]:
+    """A conversation's message as the OpenAI API's (an assistant's calls, a tool's answer)."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def request_body(
+    r: EngineRequest,
+    model: str,
+    max_tokens: int,
+    *,
+    token_ids: bool,
+    priority: bool,
+    prompt_ids: Sequence[int] | None = None,
+    stop: bool = True,
+) -> tuple[str, dict[str, Any]]:
+    """The path and body for `r`: chat messages to /v1/chat/completions, the rest (and any
+    request given as `prompt_ids`: a resumed one) to /v1/completions."""
+    resumed = len(r.resume_token_ids)
+    body: dict[str, Any] = {"model": r.lora or model}
+    if prompt_ids is not None:
+        path, body["prompt"] = "/v1/completions", list(prompt_ids)
+    elif r.messages is not None:
+        path = "/v1/chat/completions"
+        body["messages"] = [_message(m) for m in r.messages]
+    elif r.prompt is not None:
+        path, body["prompt"] = "/v1/completions", r.prompt
+    else:
+        path, body["prompt"] = "/v1/completions", list(r.prompt_token_ids or ())
+    body.update(sampling_fields(r.sampling, max_tokens, resumed, stop=stop))
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
+    if token_ids:
+        body["return_token_ids"] = True
+    if priority and r.priority:
+        body["priority"] = -r.priority  # ours run HIGHER first; vLLM runs the LOWER first
+    return path, body

@@ -1,0 +1,99 @@
+"""One streamed chunk of /v1/completions or /v1/chat/completions, as the backend reads it.
+
+Decoded with msgspec into the few fields it needs (all others are ignored): the text, vLLM's
+token ids (`return_token_ids`: the prompt's in the first chunk, each chunk's own), the finish
+reason, the usage of the last chunk, and an error sent inside the stream.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from engine_sidecar.backend import Finish
+
+FINISH = {
+    "stop": Finish.STOP,
+    "length": Finish.LENGTH,
+    "tool_calls": Finish.STOP,
+    "function_call": Finish.STOP,
+    "abort": Finish.ABORT,
+    "error": Finish.ERROR,
+}
+
+
+class _Delta(msgspec.Struct, gc=False):
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct, gc=False):
+    index: int = 0
+    text: str | None = None  # completions
+    delta: _Delta | None = None  # chat
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None  # completions: the first chunk
+    finish_reason: str | None = None
+
+
+class _Details(msgspec.Struct, gc=False):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct, gc=False):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_details: _Details | None = None
+
+
+class _Error(msgspec.Struct, gc=False):
+    message: str = ""
+    param: str | None = None
+    code: int | str | None = None
+
+
+class _Chunk(msgspec.Struct, gc=False):
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+    prompt_token_ids: list[int] | None = None  # chat: the first chunk
+    error: _Error | None = None
+
+
+class Chunk(msgspec.Struct, gc=False):
+    """What one chunk brings. `token_ids` is None where the server sends no ids."""
+
+    text: str = ""
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
+    finish_reason: str | None = None
+    usage: tuple[int, int, int] | None = None  # prompt, completion, cached tokens
+    error: str | None = None
+    error_param: str = ""
+
+
+_DECODE = msgspec.json.Decoder(_Chunk)
+
+
+def read_chunk(data: bytes) -> Chunk:
+    """Raises msgspec.DecodeError / ValidationError on a chunk that is not one."""
+    c = _DECODE.decode(data)
+    out = Chunk(prompt_token_ids=c.prompt_token_ids)
+    if c.error is not None:
+        out.error = c.error.message or "the engine server failed the request"
+        out.error_param = c.error.param or ""
+    if c.usage is not None:
+        u = c.usage
+        cached = u.prompt_tokens_details.cached_tokens if u.prompt_tokens_details else None
+        out.usage = (u.prompt_tokens, u.completion_tokens, cached or 0)
+    for choice in c.choices:  # (one: n=1)
+        if choice.text is not None:
+            out.text = choice.text
+        elif choice.delta is not None and choice.delta.content is not None:
+            out.text = choice.delta.content
+        out.token_ids = choice.token_ids
+        if choice.prompt_token_ids is not None:
+            out.prompt_token_ids = choice.prompt_token_ids
+        out.finish_reason = choice.finish_reason
+    return out
+
+
+def finish_of(reason: str | None) -> Finish:
+    return FINISH.get(reason, Finish.STOP) if reason else Finish.STOP

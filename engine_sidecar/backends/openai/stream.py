@@ -1,0 +1,184 @@
+"""Runs one request as one streamed call to the server; every delta goes to `emit`.
+
+A request that resumes (from tokens an earlier run generated) goes to /v1/completions as token
+ids: the prompt's (the server's /tokenize of it, or the request's own ids) followed by the
+generated ones, with max_tokens reduced by their number. On vLLM that continues exactly, and
+its text is the sidecar's own, made from the token ids (vLLM's would repeat or lose some at a
+cut inside a character, or where stop strings held text back; see vllm/text.py). A server that
+sends no token ids resumes from text: the prompt and the text generated so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from engine_sidecar.backend import EngineDelta, ErrorCode, Finish
+from engine_sidecar.backends.common.detokenizer import whole_text
+from engine_sidecar.backends.common.tokenizer import HfTokenizer
+from engine_sidecar.backends.common.usage import Usage
+from engine_sidecar.backends.openai.body import request_body
+from engine_sidecar.backends.openai.chunks import Chunk, finish_of, read_chunk
+from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
+from engine_sidecar.backends.openai.errors import status_code
+from engine_sidecar.backends.openai.job import Job
+from engine_sidecar.backends.openai.tokens import prompt_ids
+from engine_sidecar.backends.vllm.text import OwnText, own_text
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """What the backend learnt of its server at start."""
+
+    client: EngineClient
+    model: str
+    token_ids: bool  # it takes vLLM's return_token_ids
+    priority: bool
+    tokenizer: HfTokenizer | None
+
+
+class RequestStream:
+    def __init__(
+        self,
+        server: Server,
+        job: Job,
+        emit: Callable[[EngineDelta], None],
+        on_unreachable: Callable[[], None],
+    ) -> None:
+        self._server = server
+        self._job = job
+        self._emit = emit
+        self._unreachable = on_unreachable
+        self.usage = Usage(job.request.key, job.prompt_tokens, job.resumed)
+        self.generated = 0  # tokens this run produced (the server's count)
+        self._text: OwnText | None = None
+        self._held: Chunk | None = None  # the chunk with the finish reason, until usage comes
+        self.on_tokens: Callable[[int], None] = lambda n: None
+
+    async def run(self) -> None:
+        usage = self.usage
+        try:
+            path, body = await self._body()
+            events = self._server.client.stream(path, body)
+            async with contextlib.aclosing(events):
+                async for data in events:
+                    if self._step(read_chunk(data)):
+                        return
+            if self._held is not None:
+                self._emit(self._final(self._held, None))
+            else:
+                message = "the engine server ended the stream before the request finished"
+                self._emit(usage.error(ErrorCode.UNAVAILABLE, message))
+        except asyncio.CancelledError:
+            raise
+        except ServerRefused as e:
+            field = e.param or ("messages" if self._job.request.messages is not None else "")
+            self._emit(usage.error(status_code(e.status), e.message, field))
+        except TimeoutError:
+            self._emit(usage.error(ErrorCode.UNAVAILABLE, "the engine server stopped responding"))
+        except (aiohttp.ClientError, OSError) as e:  # (connection refused, reset, ...)
+            if isinstance(e, aiohttp.ClientConnectorError | ConnectionRefusedError):
+                self._unreachable()  # nothing listens there: dead now
+            message = f"the engine server failed the stream: {type(e).__name__}: {e}"
+            self._emit(usage.error(ErrorCode.UNAVAILABLE, message))
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            self._emit(usage.error(ErrorCode.INTERNAL, f"the engine server sent garbage: {e}"))
+
+    async def _body(self) -> tuple[str, dict[str, Any]]:
+        s, job = self._server, self._job
+        r = job.request
+        ids: list[int] | None = None
+        if job.resumed and not s.token_ids:
+            return self._text_resume()
+        if job.resumed:
+            resume = list(r.resume_token_ids)
+            prompt = await prompt_ids(s.client, s.model, r)
+            self.usage.prompt_tokens = len(prompt)
+            ids = prompt + resume
+            if s.tokenizer is not None:
+                self._text = own_text(s.tokenizer, prompt, resume, r.sampling)
+        return request_body(
+            r,
+            s.model,
+            job.max_tokens,
+            token_ids=s.token_ids,
+            priority=s.priority,
+            prompt_ids=ids,
+            stop=self._text is None,
+        )
+
+    def _text_resume(self) -> tuple[str, dict[str, Any]]:
+        """Text in, text out: go on from the prompt's text and the text generated so far."""
+        s, job = self._server, self._job
+        r, tok = job.request, s.tokenizer
+        if tok is None:
+            message = "resuming on a server without token ids needs openai.tokenizer"
+            raise ServerRefused(400, message, "resume_token_ids")
+        if r.messages is not None:
+            text = tok.chat_text(r.messages)
+        else:
+            text = r.prompt if r.prompt is not None else tok.decode(r.prompt_token_ids or ())
+        _, body = request_body(r, s.model, job.max_tokens, token_ids=False, priority=s.priority)
+        body.pop("messages", None)
+        body["prompt"] = text + whole_text(tok, r.resume_token_ids)
+        return "/v1/completions", body
+
+    def _step(self, chunk: Chunk) -> bool:
+        """Emit what one chunk brings; True when the request has ended."""
+        if chunk.error is not None:
+            self._emit(self.usage.error(ErrorCode.INTERNAL, chunk.error, chunk.error_param))
+            return True
+        usage = self.usage
+        if chunk.prompt_token_ids is not None and not self._job.resumed:
+            usage.prompt_tokens = len(chunk.prompt_token_ids)
+        if self._held is not None:  # the finish came; this is the usage chunk
+            self._emit(self._final(self._held, chunk.usage))
+            return True
+        ids = chunk.token_ids
+        if ids is None:
+            tok = self._server.tokenizer
+            ids = tok.encode(chunk.text, add_special_tokens=False) if tok and chunk.text else []
+        text = chunk.text
+        if self._text is not None:
+            ids, text, stopped = self._text.add(ids, chunk.finish_reason is not None)
+            if stopped:
+                self._count(ids)
+                self._emit(self._delta(ids, text, Finish.STOP))
+                return True
+        self._count(ids)
+        if chunk.finish_reason is not None:
+            self._held = Chunk(text=text, token_ids=ids, finish_reason=chunk.finish_reason)
+            if chunk.usage is not None:
+                self._emit(self._final(self._held, chunk.usage))
+                return True
+            return False
+        if ids or text:
+            self._emit(self._delta(ids, text, Finish.NONE))
+        return False
+
+    def _count(self, ids: list[int]) -> None:
+        self.generated += len(ids)
+        self.on_tokens(len(ids))
+
+    def _final(self, held: Chunk, counts: tuple[int, int, int] | None) -> EngineDelta:
+        finish = finish_of(held.finish_reason)
+        completion = None
+        if counts is not None:
+            prompt, generated, _ = counts
+            if not self._job.resumed and prompt:
+                self.usage.prompt_tokens = prompt
+            completion = self._job.resumed + generated
+        return self._delta(held.token_ids or [], held.text, finish, completion)
+
+    def _delta(
+        self, ids: list[int], text: str, finish: Finish, completion: int | None = None
+    ) -> EngineDelta:
+        if finish is not Finish.NONE and completion is None:
+            completion = self._job.resumed + self.generated
+        return self.usage.delta(ids, text, finish, completion_tokens=completion)
