@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROTOS := protos/shardgate/v1/engine.proto protos/shardgate/v1/gateway.proto
 
-.PHONY: venv run test lint typecheck pytest alerts protos bench clean
+.PHONY: venv run test lint typecheck pytest alerts protos bench clean redis-server
 
 venv: $(STAMP)
 
@@ -38,7 +38,16 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-pytest: venv
+# The shared-limits tests start a real redis-server (Debian's package), installed when missing
+# (as root, or through sudo).
+redis-server:
+	@command -v redis-server >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			redis-server; }
+
+pytest: venv redis-server
 	SHARDGATE_REQUIRE_ENGINES=1 $(BIN)/pytest -q
 
 # Prometheus alert rules: promtool check + the rules' unit tests.
