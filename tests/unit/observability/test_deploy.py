@@ -164,6 +164,16 @@ def test_gateway_manifest_probes_and_config() -> None:
         "name": docs["Role"]["metadata"]["name"],
     }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+    # Limits shared in the Redis of redis.yaml, at its Service's port.
+    redis = _k8s("redis.yaml")
+    assert config.redis is not None
+    host_port = config.redis.url.removeprefix("redis://").split("/")[0]
+    assert host_port == f"{redis['Service']['metadata']['name']}:6379"
+    assert {p["port"] for p in redis["Service"]["spec"]["ports"]} == {6379}
+    assert (
+        redis["Service"]["spec"]["selector"]
+        == (redis["Deployment"]["spec"]["selector"]["matchLabels"])
+    )
 
 
 def test_sidecar_manifest_probes_and_config() -> None:
