@@ -1,99 +1,41 @@
-"""n > 1: n engine requests that share the prompt, merged by choice index.
-
-As vLLM's parallel sampling does it: choice i is its own engine request, with the seed plus i
-when a seed is given; the usage counts the prompt once and every choice's tokens. Each choice
-is a job of its own (admitted, queued, placed, preempted and resumed alone), so capacity counts
-n slots; they share a session, so the router sends them to one replica, whose prefix cache then
-serves the prompt to all but the first. Refused as a whole: when any choice is refused (a rate
-limit, a full queue), the ones already admitted are dropped and the client gets that refusal.
-"""
+"""n > 1 on the OpenAI edge: the choices of a Fanout (gateway/api/fanout.py) rendered as one
+answer or one stream, by choice index, as vLLM's server renders them."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from aiohttp import web
 
-from gateway import tasks
+from gateway.api import fanout
 from gateway.api.openai import encode
 from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
-from gateway.runtime.job import Job
 from gateway.runtime.service import Service
-from gateway.types import Delta, GatewayError, GenerationRequest, Logprobs, Usage
-
-# One batch of a choice's deltas; an empty one: the choice is done. Or its error.
-_Item = tuple[int, list[Delta], GatewayError | None]
+from gateway.types import GatewayError, GenerationRequest, Logprobs, Usage
 
 
-class Choices:
+class Choices(fanout.Fanout):
     def __init__(self, service: Service, req: GenerationRequest, kind: str) -> None:
-        self.req = req
+        super().__init__(service, req)
         self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
-        self.jobs: list[Job] = []
-        self._service = service
-        self._items: asyncio.Queue[_Item] = asyncio.Queue()
-        self._pumps: list[asyncio.Task[None]] = []
         self.tallies = [Tally() for _ in range(req.n)]
         self.answers = [Answer(req.generation.tools) for _ in range(req.n)]
 
-    async def submit(self, api_key: str | None) -> None:
-        """Admit every choice, or none: the first refusal drops those admitted (`close`)."""
-        req = self.req
-        session = req.session_id or f"choices:{req.request_id}"
-        for i in range(req.n):
-            child = req.child(i)
-            child.session_id = session
-            self.jobs.append(await self._service.submit(child, api_key))
-
-    def arm(self, deadline: float, first_output_s: float) -> None:
-        for job in self.jobs:
-            job.arm(deadline, first_output_s)
-        loop = asyncio.get_running_loop()
-        self._pumps = [
-            loop.create_task(self._pump(i, job), name=f"choice-{i}-{self.req.request_id}")
-            for i, job in enumerate(self.jobs)
-        ]
-
-    async def close(self) -> None:
-        for job in self.jobs:
-            job.close()
-        await tasks.stop_all(self._pumps)
-
-    async def _pump(self, index: int, job: Job) -> None:
-        put = self._items.put_nowait
-        try:
-            while batch := await job.take():
-                put((index, batch, None))
-        except GatewayError as e:
-            put((index, [], e))
-            return
-        put((index, [], None))
-
-    async def _next(self) -> _Item:
-        """The next batch of any choice; raises the first choice error."""
-        index, batch, error = await self._items.get()
-        if error is not None:
-            raise error
-        return index, batch, None
-
     def usage(self) -> Usage:
         first = self.tallies[0]
-        completion = sum(t.usage().completion_tokens for t in self.tallies)
-        return Usage(first.prompt, completion, first.cached)
+        completions = [t.usage().completion_tokens for t in self.tallies]
+        return fanout.usage(first.prompt, first.cached, completions)
 
     async def unary(self) -> web.Response:
         req = self.req
         n = len(self.jobs)
         texts: list[list[str]] = [[req.prompt or ""] if req.echo else [] for _ in range(n)]
         lps: list[list[Logprobs]] = [[] for _ in range(n)]
-        left = n
-        while left:
-            index, batch, _ = await self._next()
+        while self.left:
+            index, batch = await self.next()
             if not batch:
-                left -= 1
                 continue
             for d in batch:
                 self.tallies[index].add(d)
@@ -137,13 +79,11 @@ class Choices:
         ]
         buf = bytearray()
         began = False
-        left = len(encs)
         try:
-            while left:
-                index, batch, _ = await self._next()
+            while self.left:
+                index, batch = await self.next()
                 tally, answer, enc = self.tallies[index], self.answers[index], encs[index]
                 if not batch:
-                    left -= 1
                     enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
                 for d in batch:
                     if d.token_ids or d.text or d.parsed:

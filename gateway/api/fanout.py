@@ -1,0 +1,88 @@
+"""n > 1: n engine requests that share the prompt, their outputs merged by choice index.
+
+As vLLM's parallel sampling does it: choice i is its own engine request, with the seed plus i
+when a seed is given. Each choice is a job of its own (admitted, queued, placed, preempted and
+resumed alone), so capacity counts n slots; they share a session, so the router sends them to
+one replica, whose prefix cache then serves the prompt to all but the first. Refused as a
+whole: when any choice is refused (a rate limit, a full queue), the ones already admitted are
+dropped (`close`) and the client gets that refusal. Each API edge renders the batches.
+
+Bounded like one request: at most n batches wait between the choices' streams and the edge
+(a choice whose client side lags waits in its own stream, which merges what it holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway import tasks
+from gateway.runtime.job import Job
+from gateway.runtime.service import Service
+from gateway.types import Delta, GatewayError, GenerationRequest, Usage
+
+# One batch of a choice's deltas (an empty one: the choice is done), or its error.
+_Item = tuple[int, list[Delta], GatewayError | None]
+
+
+class Fanout:
+    def __init__(self, service: Service, req: GenerationRequest) -> None:
+        self.req = req
+        self.jobs: list[Job] = []
+        self._service = service
+        self._items: asyncio.Queue[_Item] = asyncio.Queue(maxsize=req.n)
+        self._pumps: list[asyncio.Task[None]] = []
+        self.left = req.n  # choices not done
+
+    async def submit(self, api_key: str | None) -> None:
+        """Admit every choice, or raise the first refusal (`close` drops those admitted)."""
+        req = self.req
+        session = req.session_id or f"choices:{req.request_id}"
+        for i in range(req.n):
+            child = req.child(i)
+            child.session_id = session
+            self.jobs.append(await self._service.submit(child, api_key))
+
+    def arm(self, deadline: float, first_output_s: float) -> None:
+        """Start each choice's clock (Job.arm), and the pumps that feed `next`."""
+        for job in self.jobs:
+            job.arm(deadline, first_output_s)
+        loop = asyncio.get_running_loop()
+        self._pumps = [
+            loop.create_task(self._pump(i, job), name=f"choice-{i}-{self.req.request_id}")
+            for i, job in enumerate(self.jobs)
+        ]
+
+    async def close(self) -> None:
+        """The client is done: every choice's engine request ends, the pumps stop."""
+        for job in self.jobs:
+            job.close()
+        await tasks.stop_all(self._pumps)
+
+    async def _pump(self, index: int, job: Job) -> None:
+        put = self._items.put
+        try:
+            while batch := await job.take():
+                await put((index, batch, None))
+        except GatewayError as e:
+            await put((index, [], e))
+            return
+        await put((index, [], None))
+
+    async def next(self) -> tuple[int, list[Delta]]:
+        """The next batch of any choice (an empty one: that choice is done); raises the first
+        error of any choice."""
+        index, batch, error = await self._items.get()
+        if error is not None:
+            raise error
+        if not batch:
+            self.left -= 1
+        return index, batch
+
+    @property
+    def began(self) -> bool:
+        return any(job.began for job in self.jobs)
+
+
+def usage(prompt: int, cached: int, completions: list[int]) -> Usage:
+    """The prompt once, every choice's tokens (as vLLM counts n choices)."""
+    return Usage(prompt, sum(completions), cached)
