@@ -12,20 +12,19 @@ import msgspec
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
-from gateway.api.grpc_tools import fill_parsed, message_of, tools_of_request
-from gateway.api.openai.answer import Answer
-from gateway.api.openai.protocol import sampling_of
+from gateway.api.fanout import Fanout
+from gateway.api.grpc_render import Rendering
+from gateway.api.grpc_tools import message_of, tools_of_request
+from gateway.api.openai.protocol import MAX_N, sampling_of
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.service import Service
 from gateway.types import (
-    FINISH_REASON,
     GatewayError,
     GenerationRequest,
     InvalidRequest,
-    Logprobs,
     Sampling,
 )
 
@@ -76,6 +75,10 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
         raise InvalidRequest("top_p must be in (0, 1]", "top_p")
     if len(m.stop) > 4:
         raise InvalidRequest("at most 4 stop sequences", "stop")
+    if m.HasField("n") and not 1 <= m.n <= MAX_N:
+        raise InvalidRequest(f"n must be between 1 and {MAX_N}", "n")
+    if m.HasField("n") and m.n > 1 and m.HasField("temperature") and m.temperature < 1e-5:
+        raise InvalidRequest("n must be 1 with greedy sampling (temperature 0)", "n")
     if m.request_id and not _REQUEST_ID.match(m.request_id):
         raise InvalidRequest("request_id must be 1-128 of [A-Za-z0-9._:-]", "request_id")
     out = GenerationRequest(
@@ -93,6 +96,8 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
         session_id=m.session_id,
     )
     out.generation.tools = tools_of_request(m)
+    if m.HasField("n"):
+        out.n = m.n
     return out
 
 
@@ -102,6 +107,7 @@ _SAMPLING: Final = frozenset(f.name for f in msgspec.structs.fields(Sampling)) -
     "max_tokens",
     "ignore_eos",
     "logprobs",  # (its own argument)
+    "n",  # (the gateway's: n engine requests)
 }
 _FIELDS: Final = [f for f in pb.GenerateRequest.DESCRIPTOR.fields if f.name in _SAMPLING]
 
@@ -127,13 +133,6 @@ def sampling_fields(m: pb.GenerateRequest) -> dict[str, Any]:
     return out
 
 
-def fill_logprobs(out: pb.GenerateResponse, lps: list[Logprobs]) -> None:
-    for lp in lps:
-        entries = out.logprobs.add().entries
-        for token_id, token, logprob in zip(lp.ids, lp.tokens, lp.logprobs, strict=True):
-            entries.add(token_id=token_id, token=token, logprob=logprob)
-
-
 class GatewayServicer(pb_grpc.GatewayServicer):
     def __init__(self, fleet: Fleet, service: Service, settings: GatewaySettings) -> None:
         self._fleet = fleet
@@ -154,14 +153,25 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         try:
             req = to_request(request, self.settings.default_max_tokens)
             metadata = dict(context.invocation_metadata() or ())
-            gen = await self._service.submit(req, bearer_key(metadata.get("authorization")))
+            key = bearer_key(metadata.get("authorization"))
+            if req.n > 1:
+                fan = Fanout(self._service, req)
+                try:
+                    await fan.submit(key)
+                except BaseException:  # refused, or the client left: none of it runs
+                    await fan.close()
+                    raise
+            else:
+                gen = await self._service.submit(req, key)
         except GatewayError as e:
             await context.abort(status_of(e), e.message, trailing(e))
+        if req.n > 1:
+            async for out in self._choices(fan, context):
+                yield out
+            return
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         gen.arm(deadline, self.settings.first_token_timeout_s)
-        counted = 0
-        prompt = cached = 0
-        answer = Answer(req.generation.tools)
+        r = Rendering(req)
         try:
             batch = await gen.take()
             while batch and not gen.began:  # keep-alives while queued: HTTP/2 pings do that
@@ -171,31 +181,38 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                 initial.append(("x-shardgate-replica", gen.first_replica))
             await context.send_initial_metadata(tuple(initial))
             while batch:
-                for d in batch:
-                    counted += len(d.token_ids)
-                    if d.prompt_tokens:
-                        prompt, cached = d.prompt_tokens, d.cached_tokens
-                    if not (d.token_ids or d.text or d.finish or d.prompt_tokens):
-                        continue  # a keep-alive while queued: HTTP/2 pings do that here
-                    out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
-                    if d.logprobs:
-                        fill_logprobs(out, d.logprobs)
-                    if d.parsed:
-                        fill_parsed(out, answer.add(d.parsed))
-                    if d.finish:
-                        completion = d.completion_tokens or counted
-                        reason = FINISH_REASON.get(d.finish, "stop")
-                        out.finish_reason = answer.finish_reason(reason, whole=False)
-                        out.model = req.served_model
-                        out.usage.prompt_tokens = prompt
-                        out.usage.completion_tokens = completion
-                        out.usage.total_tokens = prompt + completion
-                        out.usage.cached_tokens = cached
+                for out in r.responses(batch):
                     yield out
                 batch = await gen.take()
         except GatewayError as e:
             await context.abort(
-                status_of(e), e.message, (*trailing(e), *usage_trailer(prompt, counted))
+                status_of(e), e.message, (*trailing(e), *usage_trailer(r.prompt, r.counted))
             )
         finally:
             gen.close()
+
+    async def _choices(
+        self, fan: Fanout, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        """n > 1: each choice's responses carry its `index`; its last one, its finish reason and
+        usage (the prompt counted in each: the total is the prompt once and every choice's)."""
+        req = fan.req
+        renderings = [Rendering(req, i) for i in range(req.n)]
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        try:
+            fan.arm(deadline, self.settings.first_token_timeout_s)
+            await context.send_initial_metadata(
+                (("x-request-id", req.request_id), *fan.jobs[0].headers)
+            )
+            while fan.left:
+                index, batch = await fan.next()
+                for out in renderings[index].responses(batch):
+                    yield out
+        except GatewayError as e:
+            prompt = renderings[0].prompt
+            counted = sum(r.counted for r in renderings)
+            await context.abort(
+                status_of(e), e.message, (*trailing(e), *usage_trailer(prompt, counted))
+            )
+        finally:
+            await fan.close()

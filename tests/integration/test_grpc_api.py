@@ -54,9 +54,43 @@ def test_stream_matches_http_and_ends_with_usage(cluster: Cluster, channel: grpc
     assert http.usage is not None and http.usage.prompt_tokens == last.usage.prompt_tokens
 
 
+def test_n_choices_match_http_by_index(cluster: Cluster, channel: grpc.Channel) -> None:
+    stub = pb_grpc.GatewayStub(channel)
+    req = chat_request(n=3, seed=17, temperature=1.0)
+    texts = ["", "", ""]
+    finishes: dict[int, pb.GenerateResponse] = {}
+    for r in stub.Generate(req, timeout=30):
+        assert r.index not in finishes, "a response after its choice finished"
+        texts[r.index] += r.text
+        if r.finish_reason:
+            finishes[r.index] = r
+    assert sorted(finishes) == [0, 1, 2]
+    assert all(f.usage.completion_tokens == 32 for f in finishes.values())
+    client = openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="none", max_retries=0)
+    http = client.chat.completions.create(
+        model="sim-llama",
+        messages=[{"role": "user", "content": "Tell me about shards."}],
+        max_tokens=32,
+        n=3,
+        seed=17,
+        temperature=1.0,
+        extra_body={"ignore_eos": True},
+    )
+    assert texts == [c.message.content for c in http.choices]
+    assert len(set(texts)) > 1
+
+
 @pytest.mark.parametrize(
     ("request_", "code"),
     [
+        (
+            pb.GenerateRequest(model="sim-llama", prompt="hi", n=2, temperature=0),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            pb.GenerateRequest(model="sim-llama", prompt="hi", n=200),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
         (pb.GenerateRequest(model="sim-llama", max_tokens=4), grpc.StatusCode.INVALID_ARGUMENT),
         (pb.GenerateRequest(prompt="hi", max_tokens=4), grpc.StatusCode.INVALID_ARGUMENT),
         (

@@ -337,3 +337,32 @@ async def test_anthropic_messages_are_the_chat_endpoints_greedy_text(
         m = await a.messages.create(**args, stop_sequences=[stop])
         assert (m.stop_reason, m.stop_sequence) == ("stop_sequence", stop)
         assert [getattr(b, "text", None) for b in m.content] == [reference[: reference.index(stop)]]
+
+
+async def test_grpc_logprobs_are_the_http_ones(
+    cluster: VllmCluster, client: openai.AsyncOpenAI
+) -> None:
+    from shardgate.v1 import gateway_pb2 as gpb
+    from shardgate.v1 import gateway_pb2_grpc as gpb_grpc
+
+    http = await client.completions.create(
+        model=MODEL, prompt="Tell me", max_tokens=6, temperature=0.0, logprobs=2
+    )
+    lp = http.choices[0].logprobs
+    assert lp is not None and lp.tokens is not None and lp.top_logprobs is not None
+    target = f"127.0.0.1:{cluster.gateway.grpc_port}"
+    async with grpc.aio.insecure_channel(target) as channel:
+        req = gpb.GenerateRequest(
+            model=MODEL, prompt="Tell me", max_tokens=6, temperature=0.0, logprobs=2
+        )
+        got = [
+            e
+            async for r in gpb_grpc.GatewayStub(channel).Generate(req, timeout=60)
+            for e in r.logprobs
+        ]
+    assert [e.entries[0].token for e in got] == lp.tokens
+    assert [e.entries[0].logprob for e in got] == pytest.approx(lp.token_logprobs, abs=1e-3)
+    # The sampled token first, then the top two: completions map the same entries by text.
+    assert [{x.token: pytest.approx(x.logprob, abs=1e-3) for x in e.entries} for e in got] == (
+        lp.top_logprobs
+    )
