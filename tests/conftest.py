@@ -33,14 +33,17 @@ async def vllm_engine(tiny_model_dir: Path) -> AsyncIterator[Any]:
     gc.collect()  # finalise the engine now, not during interpreter exit
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real `vllm serve` of the tiny model with the shared engine's arguments: its base URL."""
+@pytest_asyncio.fixture(scope="session")
+async def vllm_server(
+    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
+    """A real `vllm serve` of the tiny model with the shared engine's arguments (its server
+    flags too: tool choice, parsers): its base URL."""
     require("vllm")
-    from tests.vllm_server import SERVE_FLAGS, vllm_serve
+    from tests.vllm_server import vllm_serve
 
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    with vllm_serve(vllm_config(tiny_model_dir), log, *SERVE_FLAGS) as url:
+    async with vllm_serve(vllm_config(tiny_model_dir), log) as url:
         yield url
 
 

@@ -1,11 +1,13 @@
 """A real `vllm serve` of the tiny model, with the engine arguments of the tests' shared engine.
 
 The gateway's answers are compared with this server's: both load the same seeded dummy weights
-with the same arguments, so greedy (or seeded) answers must be identical.
+with the same arguments, so greedy (or seeded) answers must be identical. It starts while the
+session's event loop runs on (the shared engine's gateways keep their heartbeats meanwhile).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -13,15 +15,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from engine_sidecar.backends.vllm.config import VllmConfig
 from engine_sidecar.vllm_serve import serve_argv
 
-# `vllm serve`'s flags beyond the engine's (those of configs/local-vllm.yaml's comparison).
-SERVE_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
 _START_TIMEOUT_S = 300.0
 
 
@@ -39,27 +39,32 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@contextmanager
-def vllm_serve(config: VllmConfig, log_path: Path, *flags: str) -> Iterator[str]:
-    """Start the server, wait until /health answers; yields its base URL (no /v1)."""
+def _start(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+@asynccontextmanager
+async def vllm_serve(config: VllmConfig, log_path: Path, *flags: str) -> AsyncIterator[str]:
+    """Start the server (its flags from `config`, then `flags`), wait until /health answers;
+    yields its base URL (no /v1)."""
     port = _free_port()
     argv = [sys.executable, "-m", "engine_sidecar.vllm_serve", *serve_argv(config, port, *flags)]
     env = {**os.environ, **config.env, "VLLM_TARGET_DEVICE": "cpu"}
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = await asyncio.to_thread(_start, argv, env, log_path)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + _START_TIMEOUT_S
-        while not _healthy(url):
+        while not await asyncio.to_thread(_healthy, url):
             if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-4000:]
+                tail = (await asyncio.to_thread(log_path.read_text, errors="replace"))[-4000:]
                 raise RuntimeError(f"vllm serve did not start (exit {proc.returncode}):\n{tail}")
-            time.sleep(0.25)
+            await asyncio.sleep(0.25)
         yield url
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=30.0)
+            await asyncio.to_thread(proc.wait, 30.0)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=10.0)
+            await asyncio.to_thread(proc.wait, 10.0)

@@ -14,9 +14,10 @@ Bounded like one request: at most n batches wait between the choices' streams an
 from __future__ import annotations
 
 import asyncio
+import math
 
 from gateway import tasks
-from gateway.runtime.job import Job
+from gateway.runtime.job import CUT_AFTER_S, Job
 from gateway.runtime.service import Service
 from gateway.types import Delta, GatewayError, GenerationRequest, Usage
 
@@ -32,6 +33,7 @@ class Fanout:
         self._items: asyncio.Queue[_Item] = asyncio.Queue(maxsize=req.n)
         self._pumps: list[asyncio.Task[None]] = []
         self.left = req.n  # choices not done
+        self._cut: asyncio.TimerHandle | None = None
 
     async def submit(self, api_key: str | None) -> None:
         """Admit every choice, or raise the first refusal (`close` drops those admitted)."""
@@ -40,13 +42,21 @@ class Fanout:
         for i in range(req.n):
             child = req.child(i)
             child.session_id = session
+            if self.jobs:  # the model the first was given (a fallback's, an adapter's)
+                child.model = self.jobs[0].request.served_model
             self.jobs.append(await self._service.submit(child, api_key))
 
     def arm(self, deadline: float, first_output_s: float) -> None:
-        """Start each choice's clock (Job.arm), and the pumps that feed `next`."""
+        """Start each choice's clock (Job.arm), and the pumps that feed `next`. A choice past
+        the deadline fails (its error reaches `next`); the client side itself is cut, as a
+        request's is, once it is still there CUT_AFTER_S past the deadline (stuck in a write to
+        a client that stopped reading): by this one timer, not by each choice's."""
         for job in self.jobs:
-            job.arm(deadline, first_output_s)
+            job.arm(deadline, first_output_s, cuts=False)
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is not None and deadline != math.inf:
+            self._cut = loop.call_at(deadline + CUT_AFTER_S, task.cancel)
         self._pumps = [
             loop.create_task(self._pump(i, job), name=f"choice-{i}-{self.req.request_id}")
             for i, job in enumerate(self.jobs)
@@ -54,6 +64,8 @@ class Fanout:
 
     async def close(self) -> None:
         """The client is done: every choice's engine request ends, the pumps stop."""
+        if self._cut is not None:
+            self._cut.cancel()
         for job in self.jobs:
             job.close()
         await tasks.stop_all(self._pumps)
@@ -66,6 +78,7 @@ class Fanout:
         except GatewayError as e:
             await put((index, [], e))
             return
+        job.close()  # its engine side is over: its timer goes
         await put((index, [], None))
 
     async def next(self) -> tuple[int, list[Delta]]:
@@ -77,6 +90,11 @@ class Fanout:
         if not batch:
             self.left -= 1
         return index, batch
+
+    @property
+    def served_model(self) -> str:
+        """The model the answer names: the one that serves it (a fallback, an adapter)."""
+        return self.jobs[0].request.served_model
 
     @property
     def began(self) -> bool:

@@ -197,7 +197,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         """n > 1: each choice's responses carry its `index`; its last one, its finish reason and
         usage (the prompt counted in each: the total is the prompt once and every choice's)."""
         req = fan.req
-        renderings = [Rendering(req, i) for i in range(req.n)]
+        renderings = [Rendering(fan.jobs[0].request, i) for i in range(req.n)]
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         try:
             fan.arm(deadline, self.settings.first_token_timeout_s)

@@ -198,14 +198,16 @@ class Job:
     async def take(self) -> list[Delta]:
         return await self.out.take()
 
-    def arm(self, deadline: float, first_output_s: float) -> None:
+    def arm(self, deadline: float, first_output_s: float, *, cuts: bool = True) -> None:
         """Start the request's clock (loop time), one timer for both limits: no output within
         `first_output_s` of reaching an engine, or not finished by `deadline`, fails the
-        client's stream with a 504 and aborts the engine request at once."""
+        client's stream with a 504 and aborts the engine request at once. `cuts`: past the
+        deadline, a client side stuck in a write is cancelled (its task: the caller's); False
+        where the caller cuts it itself (one client side for several jobs: n > 1)."""
         loop = asyncio.get_running_loop()
         self._deadline = deadline
         self._first_output_s = first_output_s
-        self._task = asyncio.current_task()
+        self._task = asyncio.current_task() if cuts else None
         if self.attempt and not self._began:  # placed on admission, before the clock started
             self._first_by = loop.time() + first_output_s
         self._rearm(loop)

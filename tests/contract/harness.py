@@ -139,6 +139,18 @@ def whole_text(decode: Callable[[list[int]], str], ids: list[int]) -> str:
     return decode(ids[: whole[0]]) if whole else ""
 
 
+def cut_at(deltas: list[EngineDelta], k: int) -> int:
+    """The first cut between deltas after at least k token ids (a lagging reader may get one
+    delta for several engine steps), short of the last token."""
+    n = 0
+    for d in deltas:
+        n += len(d.token_ids)
+        if n >= k:
+            break
+    assert n < len(tokens(deltas)), f"no cut between deltas after {k} tokens"
+    return n
+
+
 def sent_before(deltas: list[EngineDelta], k: int) -> str:
     """The text of the deltas that carried the first k token ids (k falls between deltas)."""
     n, parts = 0, []

@@ -10,6 +10,7 @@ import pytest
 from engine_sidecar.backend import EngineDelta, ErrorCode, Finish, RequestError
 from tests.contract.harness import (
     Harness,
+    cut_at,
     eventually,
     sent_before,
     split_cuts,
@@ -129,12 +130,13 @@ async def test_resumed_request_continues_identically(
     full = await harness.run(max_tokens=12, prompt=prompt, stop=stop)
     ids = tokens(full)
     assert len(ids) == 12
+    cut = cut_at(full, 5)
     resumed = await harness.run(
-        max_tokens=12, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:5])
+        max_tokens=12, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:cut])
     )
-    assert tokens(resumed) == ids[5:]
+    assert tokens(resumed) == ids[cut:]
     # The client's stream goes on with no character repeated or missing.
-    assert sent_before(full, 5) + text(resumed) == text(full)
+    assert sent_before(full, cut) + text(resumed) == text(full)
     assert resumed[0].prompt_tokens == full[0].prompt_tokens
     assert (resumed[-1].finish, resumed[-1].completion_tokens) == (Finish.LENGTH, 12)
 
@@ -176,15 +178,16 @@ async def test_resumed_request_stops_where_an_uninterrupted_one_does(harness: Ha
         pytest.skip(f"{harness.kind}: resume is not token-exact, or no stop strings")
     prompt = "The gateway routes shards"
     plain = await harness.run(max_tokens=12, prompt=prompt)
-    stop = (_late_stop(text(plain), len(sent_before(plain, 5))),)
+    stop = (_late_stop(text(plain), len(sent_before(plain, cut_at(plain, 5)))),)
     full = await harness.run(max_tokens=12, prompt=prompt, stop=stop)
     ids = tokens(full)
     assert full[-1].finish is Finish.STOP and len(ids) > 5
+    cut = cut_at(full, 5)
     resumed = await harness.run(
-        max_tokens=12, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:5])
+        max_tokens=12, prompt=prompt, stop=stop, resume_token_ids=tuple(ids[:cut])
     )
-    assert tokens(resumed) == ids[5:]
-    assert sent_before(full, 5) + text(resumed) == text(full)
+    assert tokens(resumed) == ids[cut:]
+    assert sent_before(full, cut) + text(resumed) == text(full)
     assert (resumed[-1].finish, resumed[-1].completion_tokens) == (
         Finish.STOP,
         full[-1].completion_tokens,

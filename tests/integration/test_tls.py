@@ -100,6 +100,12 @@ async def test_the_openai_sdk_over_https(cluster: Cluster, pki: Pki) -> None:
             f"{base_url(cluster)}/tokenize", json={"model": "sim-llama", "prompt": "a b c"}
         )
         assert t.status_code == 200 and t.json()["count"] > 0
+        # So does Anthropic's count_tokens.
+        c = await http.post(
+            f"{base_url(cluster)}/v1/messages/count_tokens",
+            json={"model": "sim-llama", "messages": [{"role": "user", "content": "a b c"}]},
+        )
+        assert c.status_code == 200 and c.json()["input_tokens"] > 0
 
 
 async def test_shardgate_up_sees_a_tls_gateway_ready(cluster: Cluster) -> None:

@@ -19,57 +19,21 @@ import pytest_asyncio
 from shardgate.v1 import engine_pb2 as epb
 from shardgate.v1 import engine_pb2_grpc as epb_grpc
 
-from engine_sidecar.config import SidecarConfig
-from engine_sidecar.server import Sidecar
-from gateway.app import Gateway
-from gateway.config.loader import parse
 from tests.contract.harness import eventually
-from tests.engines import TINY_MAX_MODEL_LEN, require, vllm_config
+from tests.engines import TINY_MAX_MODEL_LEN
+from tests.integration.vllm_cluster import VllmCluster, vllm_cluster
 
 pytestmark = pytest.mark.timeout(600)  # may be the first to start the shared engine
 
 MODEL = "tiny-llama"
 MESSAGES: list[Any] = [{"role": "user", "content": "Tell me about shards."}]
-GATEWAY_YAML = """
-gateway:
-  max_body_bytes: 1048576
-  default_max_tokens: 32
-sidecars:
-  - {name: vllm-0, address: '127.0.0.1:%d'}
-"""
-
-
-class VllmCluster:
-    def __init__(self, sidecar: Sidecar, gateway: Gateway) -> None:
-        self.sidecar = sidecar
-        self.gateway = gateway
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.gateway.http_port}/v1"
-
-    @property
-    def sidecar_target(self) -> str:
-        return f"127.0.0.1:{self.sidecar.port}"
+SETTINGS = "  max_body_bytes: 1048576\n  default_max_tokens: 32"
 
 
 @pytest_asyncio.fixture(scope="module")
 async def cluster(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[VllmCluster]:
-    require("vllm")
-    from engine_sidecar.backends.vllm.backend import VllmBackend
-
-    vllm = vllm_config(tiny_model_dir)
-    config = SidecarConfig(name="vllm-0", port=0, backend="vllm", vllm=vllm)
-    sidecar = Sidecar(config, backend=VllmBackend(vllm, engine=vllm_engine))
-    await sidecar.start()
-    gateway = Gateway(parse(GATEWAY_YAML % sidecar.port), http_port=0, grpc_port=0)
-    await gateway.start()
-    try:
-        assert await gateway.fleet.wait_connected(30.0), "the sidecar did not connect"
-        yield VllmCluster(sidecar, gateway)
-    finally:
-        await gateway.stop(1.0)
-        await sidecar.stop(1.0)
+    async with vllm_cluster(tiny_model_dir, vllm_engine, SETTINGS) as c:
+        yield c
 
 
 @pytest_asyncio.fixture

@@ -18,21 +18,11 @@ import openai
 import pytest
 import pytest_asyncio
 
-from engine_sidecar.config import SidecarConfig
-from engine_sidecar.server import Sidecar
-from gateway.app import Gateway
-from gateway.config.loader import parse
-from tests.engines import require, vllm_config
+from tests.integration.vllm_cluster import vllm_cluster
 
 pytestmark = pytest.mark.timeout(900)  # may start the shared engine and vllm serve
 
 MODEL = "tiny-llama"
-GATEWAY_YAML = """
-gateway:
-  default_max_tokens: 16
-sidecars:
-  - {name: vllm-0, address: '127.0.0.1:%d'}
-"""
 MESSAGES: list[Any] = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Name three shards of glass."},
@@ -41,21 +31,8 @@ MESSAGES: list[Any] = [
 
 @pytest_asyncio.fixture(scope="module")
 async def gateway_url(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[str]:
-    require("vllm")
-    from engine_sidecar.backends.vllm.backend import VllmBackend
-
-    vllm = vllm_config(tiny_model_dir)
-    config = SidecarConfig(name="vllm-0", port=0, backend="vllm", vllm=vllm)
-    sidecar = Sidecar(config, backend=VllmBackend(vllm, engine=vllm_engine))
-    await sidecar.start()
-    gateway = Gateway(parse(GATEWAY_YAML % sidecar.port), http_port=0, grpc_port=0)
-    await gateway.start()
-    try:
-        assert await gateway.fleet.wait_connected(30.0), "the sidecar did not connect"
-        yield f"http://127.0.0.1:{gateway.http_port}/v1"
-    finally:
-        await gateway.stop(1.0)
-        await sidecar.stop(1.0)
+    async with vllm_cluster(tiny_model_dir, vllm_engine, "  default_max_tokens: 16") as c:
+        yield c.base_url
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -21,22 +21,11 @@ import openai
 import pytest
 import pytest_asyncio
 
-from engine_sidecar.config import SidecarConfig
-from engine_sidecar.server import Sidecar
-from gateway.app import Gateway
-from gateway.config.loader import parse
-from tests.engines import require, vllm_config
-from tests.integration.poll import until_async
+from tests.integration.vllm_cluster import VllmCluster, vllm_cluster
 
 pytestmark = pytest.mark.timeout(900)  # may be the first to start the engine and vllm serve
 
 MODEL = "tiny-llama"
-GATEWAY_YAML = """
-gateway:
-  max_body_bytes: 1048576
-sidecars:
-  - {name: vllm-0, address: '127.0.0.1:%d'}
-"""
 TOOLS: list[Any] = [
     {
         "type": "function",
@@ -87,38 +76,14 @@ ANSWERED: list[Any] = [
 ]
 
 
-class Served:
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-        self.base_url = f"http://127.0.0.1:{gateway.http_port}/v1"
-        self.grpc_target = f"127.0.0.1:{gateway.grpc_port}"
-
-    async def routable(self) -> None:
-        """Wait until the replica is routable (a busy machine, starting `vllm serve`, may
-        have delayed its heartbeats past the gateway's patience)."""
-        await until_async(
-            lambda: self.gateway.fleet.models().get(MODEL, (0, 0))[1] > 0, 120.0, "routable"
-        )
+Served = VllmCluster
 
 
 @pytest_asyncio.fixture(scope="module")
 async def served(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[Served]:
     """The gateway in front of a sidecar of the shared engine."""
-    require("vllm")
-    from engine_sidecar.backends.vllm.backend import VllmBackend
-
-    vllm = vllm_config(tiny_model_dir)
-    config = SidecarConfig(name="vllm-0", port=0, backend="vllm", vllm=vllm)
-    sidecar = Sidecar(config, backend=VllmBackend(vllm, engine=vllm_engine))
-    await sidecar.start()
-    gateway = Gateway(parse(GATEWAY_YAML % sidecar.port), http_port=0, grpc_port=0)
-    await gateway.start()
-    try:
-        assert await gateway.fleet.wait_connected(30.0), "the sidecar did not connect"
-        yield Served(gateway)
-    finally:
-        await gateway.stop(1.0)
-        await sidecar.stop(1.0)
+    async with vllm_cluster(tiny_model_dir, vllm_engine, "  max_body_bytes: 1048576") as c:
+        yield c
 
 
 @pytest_asyncio.fixture

@@ -34,7 +34,8 @@ class StopStrings:
         start, end, matched = -1, len(window) + 1, ""
         if search:
             for stop in self._stops:
-                i = window.find(stop)
+                # Only one that ends in the new text (the tail was searched, or may not stop).
+                i = window.find(stop, max(len(tail) - len(stop) + 1, 0))
                 if i != -1 and i + len(stop) < end:  # the one that completes first
                     start, end, matched = i, i + len(stop), stop
         if start != -1:

@@ -14,26 +14,13 @@ from typing import Any
 from shardgate.v1.params import Message, Sampling, Structured, asked
 
 from engine_sidecar.backend import EngineRequest
+from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 
-# The optional sampling fields vLLM's OpenAI server takes (the vllm backend's CAPABILITIES),
-# less logprobs: the server's logprobs name tokens by their text only, and this backend does not
-# read them yet (so they are refused by name, not dropped).
-VLLM_CAPABILITIES = frozenset(
-    {
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "min_p",
-        "logit_bias",
-        "stop_token_ids",
-        "min_tokens",
-        "bad_words",
-        "allowed_token_ids",
-        "structured",
-        "include_stop_str_in_output",
-    }
-)
+# The optional sampling fields vLLM's OpenAI server takes: the vllm backend's, less logprobs
+# (the server's logprobs name tokens by their text only, and this backend does not read them
+# yet, so they are refused by name, not dropped).
 NOT_PASSED = frozenset({"logprobs"})
+VLLM_CAPABILITIES = CAPABILITIES - NOT_PASSED
 # Those of the OpenAI API itself, which any compatible server takes.
 OPENAI_CAPABILITIES = frozenset({"presence_penalty", "frequency_penalty", "logit_bias"})
 

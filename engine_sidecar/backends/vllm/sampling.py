@@ -10,27 +10,7 @@ from vllm.lora.request import LoRARequest
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
 from engine_sidecar.backend import Sampling
-
-# The optional sampling fields this backend passes to vLLM (announced as its capabilities).
-# Those that shape the text (skip_special_tokens, spaces_between_special_tokens) are not among
-# them yet: a resumed request's text is made by the sidecar (vllm/text.py), which does not
-# apply them.
-CAPABILITIES = frozenset(
-    {
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "min_p",
-        "logit_bias",
-        "stop_token_ids",
-        "min_tokens",
-        "bad_words",
-        "allowed_token_ids",
-        "structured",
-        "logprobs",
-        "include_stop_str_in_output",
-    }
-)
+from engine_sidecar.backends.vllm.capabilities import CAPABILITIES as CAPABILITIES
 
 
 def structured_outputs(s: Structured | None) -> StructuredOutputsParams | None:

@@ -33,5 +33,5 @@ class CountTokens:
             messages=messages,
             lora=lora,
         )
-        ids, _ = await tokens.tokenize(address, generation, TIMEOUT_S)
+        ids, _ = await tokens.tokenize(address, generation, TIMEOUT_S, s.link.tls)
         return web.json_response({"input_tokens": len(ids)})

@@ -70,12 +70,15 @@ class Answer:
         return p
 
     def finish_reason(self, reason: str, whole: bool) -> str:
-        """ "tool_calls" where vLLM says so: the model stopped on its own after calling a tool,
-        unless the request named the function (then "stop"); given whole, with tool_choice
-        "required" in any case."""
+        """ "tool_calls" where vLLM says so. Given whole: with tool_choice "auto", whenever a
+        tool was called (whatever ended the answer); with "required", when the model stopped
+        on its own. Streamed: when the model stopped on its own after calling a tool. A named
+        function: its own reason ("stop")."""
         t = self._tools
-        if t is None or reason != "stop" or t.choice == "function":
+        if t is None or t.choice == "function":
             return reason
-        if whole and t.choice == "required":
-            return "tool_calls"
-        return "tool_calls" if self.called else reason
+        if whole:
+            if t.choice == "auto" and self.called:
+                return "tool_calls"
+            return "tool_calls" if t.choice == "required" and reason == "stop" else reason
+        return "tool_calls" if self.called and reason == "stop" else reason

@@ -55,7 +55,7 @@ class Choices(fanout.Fanout):
             message = message_of(whole) if chat and whole is not None else None
             choices.append(encode.Choice("".join(texts[i]), reason, logprobs, message))
         encoder = encode.encode_chat_completion if self.kind == "chat" else encode.encode_completion
-        body = encoder(req.request_id, req.served_model, int(time.time()), choices, self.usage())
+        body = encoder(req.request_id, self.served_model, int(time.time()), choices, self.usage())
         headers = response_headers(self.jobs[0])
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -69,7 +69,7 @@ class Choices(fanout.Fanout):
         encs = [
             encode.ChunkEncoder(
                 req.request_id,
-                req.served_model,
+                self.served_model,
                 created,
                 self.kind,
                 formatter(chat, req.sampling.logprobs),
@@ -92,6 +92,8 @@ class Choices(fanout.Fanout):
                             self._begin(buf, encs)
                         if d.parsed:  # an answer its engine parsed: its pieces
                             delta = delta_of(answer.add(d.parsed))
+                            if delta is None and d.logprobs:  # its logprobs (as vLLM)
+                                delta = {}
                             if delta is not None:
                                 enc.delta_chunk_into(buf, delta, d.logprobs)
                         else:

@@ -147,6 +147,7 @@ class ChatCompletionRequest(_Common, kw_only=True):
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
     documents: list[Any] | None = None
+    include_reasoning: bool | None = None  # vLLM extension
     parallel_tool_calls: bool | None = None
 
 
@@ -402,6 +403,8 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     for name in ("chat_template", "chat_template_kwargs", "documents"):
         if getattr(req, name):
             raise not_served(name, "the engine's chat template is applied as it is")
+    if req.include_reasoning is False:
+        raise not_served("include_reasoning", "reasoning comes where the engine parses it")
     if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
         raise not_served("add_special_tokens", "the engine's default is used")
     if req.add_generation_prompt is False:

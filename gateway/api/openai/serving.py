@@ -207,6 +207,8 @@ class OpenAIServing:
             for d in batch:
                 if d.parsed:  # an answer its engine parsed: its pieces, not the raw text
                     delta = delta_of(answer.add(d.parsed))
+                    if delta is None and d.logprobs:  # nothing to say, but its logprobs (as vLLM)
+                        delta = {}
                     if delta is not None:
                         enc.delta_chunk_into(buf, delta, d.logprobs)
                 elif d.token_ids or d.text:

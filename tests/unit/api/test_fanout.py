@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any, cast
 
+import pytest
+
 from gateway.api.fanout import Fanout, usage
-from gateway.types import Delta, Usage
+from gateway.api.openai.choices import Choices
+from gateway.runtime.events import EventQueue
+from gateway.runtime.job import Job
+from gateway.runtime.lifecycle import State
+from gateway.runtime.stream import ResponseStream
+from gateway.types import Delta, Finish, GatewayTimeout, GenerationRequest, Sampling, Usage
 
 
 class _Endless:
@@ -23,8 +31,8 @@ class _Endless:
         await asyncio.sleep(0)
         return [Delta([1], "x")]
 
-    def arm(self, deadline: float, first_output_s: float) -> None:
-        pass
+    def arm(self, deadline: float, first_output_s: float, *, cuts: bool = True) -> None:
+        assert not cuts  # the fan-out cuts its client side itself
 
     def close(self) -> None:
         self.closed += 1
@@ -39,7 +47,7 @@ async def test_a_client_that_does_not_read_holds_at_most_n_batches() -> None:
     f = Fanout(cast(Any, None), cast(Any, _Req()))
     jobs = [_Endless() for _ in range(3)]
     f.jobs = cast(Any, jobs)
-    f.arm(0.0, 0.0)
+    f.arm(math.inf, math.inf)
     for _ in range(200):  # the loop runs the pumps; nobody calls next()
         await asyncio.sleep(0)
     assert f._items.qsize() <= 3
@@ -52,3 +60,44 @@ async def test_a_client_that_does_not_read_holds_at_most_n_batches() -> None:
 
 def test_usage_counts_the_prompt_once() -> None:
     assert usage(10, 4, [3, 5, 7]) == Usage(10, 15, 4)
+
+
+class _Service:
+    """Admits every choice as a real Job, placed at once."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.events = EventQueue(schedule=lambda fn: None)
+
+    async def submit(self, child: GenerationRequest, key: str | None) -> Job:
+        job = Job(child, self.events, ResponseStream(100))
+        job.state, job.attempt = State.PLACED, 1
+        self.jobs.append(job)
+        return job
+
+
+async def test_past_the_deadline_a_finished_choice_does_not_cut_the_answer() -> None:
+    """Choice 0 is done, choice 1 still runs at the deadline: the client gets the timeout
+    (a 504, or an error event), not a connection cut by choice 0's timer."""
+    req = GenerationRequest(request_id="r", model="m", sampling=Sampling(max_tokens=9), prompt="x")
+    req.n = 2
+    service = _Service()
+    choices = Choices(cast(Any, service), req, "completion")
+    await choices.submit(None)
+    loop = asyncio.get_running_loop()
+
+    async def handler() -> object:
+        choices.arm(loop.time() + 0.2, math.inf)
+        try:
+            return await choices.unary()
+        finally:
+            await choices.close()
+
+    task = loop.create_task(handler())
+    await asyncio.sleep(0)
+    first, second = service.jobs
+    first.push(Delta([1], "a", Finish.NONE, 3))
+    first.push(Delta([2], "b", Finish.STOP, 0, 0, 2))
+    second.push(Delta([1], "x", Finish.NONE, 3))
+    with pytest.raises(GatewayTimeout):
+        await task

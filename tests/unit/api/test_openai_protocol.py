@@ -319,6 +319,7 @@ def test_continuous_usage_stats_is_refused_by_name() -> None:
 
 
 NOT_SERVED_CHAT: list[tuple[str, Any]] = [
+    ("include_reasoning", False),
     ("chat_template", "{{ messages }}"),
     ("chat_template_kwargs", {"enable_thinking": False}),
     ("documents", [{"title": "t", "text": "x"}]),

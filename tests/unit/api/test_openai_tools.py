@@ -213,6 +213,7 @@ NAMED, NONE = Tools(tools=TEXT, choice="function", function="f"), Tools(tools=TE
         (AUTO, True, "stop", False, "tool_calls"),
         (AUTO, False, "stop", False, "stop"),
         (AUTO, True, "length", False, "length"),
+        (AUTO, True, "length", True, "tool_calls"),  # (vLLM's: a call was made)
         (REQUIRED, False, "stop", True, "tool_calls"),  # (vLLM's, whatever was parsed)
         (REQUIRED, False, "stop", False, "stop"),
         (REQUIRED, True, "stop", False, "tool_calls"),

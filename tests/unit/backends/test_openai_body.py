@@ -9,7 +9,6 @@ from shardgate.v1.params import OPTIONAL, Structured
 
 from engine_sidecar.backend import ChatMessage, Sampling
 from engine_sidecar.backends.openai.body import VLLM_CAPABILITIES, request_body, sampling_fields
-from tests.engines import require
 from tests.requests import engine_request
 
 BASE = {"max_tokens": 8, "temperature": 1.0, "top_p": 1.0}
@@ -61,14 +60,6 @@ def test_every_announced_field_goes_through_under_its_name() -> None:
     assert {k: body[k] for k in values} == {
         k: list(v) if isinstance(v, tuple) else v for k, v in values.items()
     }
-
-
-def test_vllm_s_capabilities_are_the_vllm_backend_s() -> None:
-    require("vllm")
-    from engine_sidecar.backends.openai.body import NOT_PASSED
-    from engine_sidecar.backends.vllm.sampling import CAPABILITIES
-
-    assert VLLM_CAPABILITIES == CAPABILITIES - NOT_PASSED
 
 
 def _request(**kw: Any) -> Any:

@@ -38,6 +38,15 @@ def test_stop_strings_included(
     assert m.flush() == ""
 
 
+def test_a_stop_string_within_min_tokens_never_stops_it_later() -> None:
+    """("a" completed while min_tokens held the search off: vLLM never stops on it.)"""
+    for include in (False, True):
+        m = StopStrings(("a", "bbbbb"), include=include)
+        out = [m.feed("a", search=False), m.feed("x", search=False), m.feed("y"), m.feed("z")]
+        assert not any(stopped for _, stopped in out)
+        assert "".join(t for t, _ in out) + m.flush() == "axyz"
+
+
 def test_without_search_no_stop_string_completes() -> None:
     m = StopStrings(("cd",))
     assert m.feed("abc", search=False) == ("ab", False)

@@ -1,0 +1,25 @@
+"""What vLLM honours of the optional sampling fields (no vLLM import: the `openai` backend, in
+front of vLLM's own server, announces the same)."""
+
+from __future__ import annotations
+
+# The optional sampling fields this backend passes to vLLM (announced as its capabilities).
+# Those that shape the text (skip_special_tokens, spaces_between_special_tokens) are not among
+# them yet: a resumed request's text is made by the sidecar (vllm/text.py), which does not
+# apply them.
+CAPABILITIES = frozenset(
+    {
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "min_p",
+        "logit_bias",
+        "stop_token_ids",
+        "min_tokens",
+        "bad_words",
+        "allowed_token_ids",
+        "structured",
+        "logprobs",
+        "include_stop_str_in_output",
+    }
+)
