@@ -90,7 +90,8 @@ class LoraAdmin:
         if parent != model:
             message = f"The lora adapter '{name}' is loaded already, as an adapter of {parent}."
             raise InvalidRequest(message, "lora_name")
-        targets = self._connected(self._chosen(self._fleet.assembly.pool(model), req.replicas))
+        chosen = self._chosen(self._fleet.assembly.pool(model), req.replicas)
+        targets = self._connected(chosen, req.replicas is not None)
         path = req.lora_path
         await self._apply(
             targets,
@@ -112,7 +113,7 @@ class LoraAdmin:
         if not holders:
             raise ModelNotFound(f"The lora adapter '{name}' cannot be found.", "lora_name")
         await self._apply(
-            self._connected(holders),
+            self._connected(holders, req.replicas is not None),
             lambda r, t: loras.unload(r.name, r.address, name, t, self._settings().link.tls),
             lambda r: not holds(r, name),
         )
@@ -141,15 +142,18 @@ class LoraAdmin:
             raise InvalidRequest(f"No such replica here: {', '.join(unknown)}.", "replicas")
         return [by_name[n] for n in dict.fromkeys(names)]
 
-    def _connected(self, replicas: list[Replica]) -> list[Replica]:
+    def _connected(self, replicas: list[Replica], named: bool) -> list[Replica]:
+        """The replicas whose head is connected now. One that is not is left out (it serves
+        no adapter loaded while it was away), unless the caller named it."""
         out = []
         for r in replicas:
             head = self._fleet.by_name.get(r.head)
-            if head is None or not head.connected:
+            if head is not None and head.connected:
+                out.append(r)
+            elif named:
                 raise Unavailable(f"Replica {r.name} is not connected: try again later.")
-            out.append(r)
         if not out:
-            raise Unavailable("No replica of the model is connected: try again later.")
+            raise Unavailable("No replica for the change is connected: try again later.")
         return out
 
     async def _apply(

@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from engine_sidecar.backends.sim import SimConfig
-from tests.integration.cluster import Cluster
+from tests.contract.harness import eventually
+from tests.integration.cluster import Cluster, cut
 
 MESSAGES: list[Any] = [{"role": "user", "content": "Tell me about shards."}]
 ADMIN = {"Authorization": "Bearer sk-admin"}
@@ -156,3 +157,34 @@ def test_only_the_admin_key_may_change_adapters(cluster: Cluster, headers: dict[
         assert r.status_code == 401
         assert r.json()["error"]["type"] == "authentication_error"
     assert "x" not in listed(cluster)
+
+
+@pytest.fixture
+def one_down() -> Iterator[Cluster]:
+    """Two sim replicas of sim-llama, the second one's connections cut (it is gone)."""
+    c = Cluster(
+        gateway_yaml("auto"),
+        [{"sim": SimConfig(model="sim-llama")}, {"sim": SimConfig(model="sim-llama")}],
+    )
+    c.start()
+    assert c.gateway is not None
+    fleet = c.gateway.fleet
+    c.run(cut(c.sidecars[1]))
+    c.run(eventually(lambda: not fleet.by_name["sim-1"].connected, 10.0))
+    yield c
+    c.stop()
+
+
+def test_a_replica_that_is_down_is_left_out_unless_named(one_down: Cluster) -> None:
+    body = {"lora_name": "sql-adapter", "lora_path": "/a"}
+    named = post(one_down, "/v1/load_lora_adapter", {**body, "replicas": ["sim-1"]})
+    assert named.status_code == 503
+    assert "sql-adapter" not in listed(one_down)
+    r = post(one_down, "/v1/load_lora_adapter", body)
+    assert r.status_code == 200, r.text
+    with openai.OpenAI(base_url=f"{one_down.http_url}/v1", api_key=TENANT, max_retries=0) as o:
+        raw = o.chat.completions.with_raw_response.create(
+            model="sql-adapter", messages=MESSAGES, max_tokens=4
+        )
+    assert raw.headers["x-shardgate-replica"] == holder(one_down, 0)
+    assert post(one_down, "/v1/unload_lora_adapter", {"lora_name": "sql-adapter"}).is_success
