@@ -31,6 +31,7 @@ MODEL = "tiny-llama"
 MESSAGES: list[Any] = [{"role": "user", "content": "Tell me about shards."}]
 GREEDY: dict[str, Any] = {"temperature": 0.0, "extra_body": {"ignore_eos": True}}
 ADMIN = {"Authorization": "Bearer sk-admin"}
+LONG = 400  # tokens: a request still running when its adapter is unloaded
 GATEWAY_YAML = """
 gateway: {default_max_tokens: 16, admin_key: sk-admin}
 sidecars:
@@ -115,15 +116,16 @@ async def test_an_adapter_loaded_at_run_time_serves_until_unloaded(
     assert await answer(client, MODEL) == base
 
     # A request running on the adapter when it is unloaded finishes on it, as in vLLM.
-    whole = await answer(client, "tiny-lora", max_tokens=24)
+    whole = await answer(client, "tiny-lora", max_tokens=LONG)
     stream = await client.chat.completions.create(
-        model="tiny-lora", messages=MESSAGES, max_tokens=24, stream=True, **GREEDY
+        model="tiny-lora", messages=MESSAGES, max_tokens=LONG, stream=True, **GREEDY
     )
     chunks = aiter(stream)
     first = await anext(chunks)
     r = await admin(cluster, "/v1/unload_lora_adapter", {"lora_name": "tiny-lora"})
     assert r.status_code == 200, r.text
     assert r.text == "Success: LoRA adapter 'tiny-lora' removed successfully."
+    assert cluster.gateway.fleet.by_name["vllm-0"].inflight == 1  # (it was still running)
     rest = [c async for c in chunks]
     text = "".join(c.choices[0].delta.content or "" for c in [first, *rest] if c.choices)
     assert text == whole

@@ -4,7 +4,9 @@
 Unloading follows `vllm serve`: the name is forgotten at once (new requests naming it are
 refused) and requests already running on the adapter finish with it. The engine is told to
 remove the adapter when none is running on it; otherwise it stays in the engine's LRU cache
-until another adapter needs its slot (what vLLM's own unload leaves there).
+until another adapter needs its slot (where vLLM's own unload leaves every adapter). Removing it
+under running requests would not stop them either (vLLM's workers load the adapter a scheduled
+request names again, from its path), but would cost that load, and fail if the path is gone.
 """
 
 from __future__ import annotations
