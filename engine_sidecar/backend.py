@@ -133,6 +133,19 @@ class Tokenizes(Protocol):
         """The text of `ids`; raises RequestError (unknown model, ids out of the vocabulary)."""
 
 
+class LoadsLoras(Protocol):
+    """A backend that loads and unloads LoRA adapters at run time (vLLM's
+    /v1/load_lora_adapter and /v1/unload_lora_adapter). Its `info()` shows the change at once.
+    The servicer has checked the name (not empty, not a served model's, loaded or not)."""
+
+    async def load_lora(self, name: str, path: str) -> None:
+        """Load the adapter at `path` as `name`; raises RequestError (NOT_FOUND: no adapter
+        there; INVALID_ARGUMENT: one the engine cannot take)."""
+
+    async def unload_lora(self, name: str) -> None:
+        """Forget `name`: new requests naming it are refused; running ones finish."""
+
+
 class Backend(Protocol):
     def info(self) -> BackendInfo: ...
 

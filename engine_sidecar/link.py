@@ -39,11 +39,12 @@ class LinkSession:
     def __init__(
         self,
         hub: Hub,
-        info: pb.InfoReply,
+        info: Callable[[], pb.InfoReply],
         load: Callable[[], LoadSnapshot],
         heartbeat_interval_s: float,
         max_pending: int,
         heartbeats_enabled: Callable[[], bool],
+        registry: set[LinkSession] | None = None,
     ) -> None:
         self._hub = hub
         self._info = info
@@ -55,9 +56,19 @@ class LinkSession:
         self._beat_due = True
         self._seq = 0
         self._closed = False
+        self._registry = registry
+        self._announce: pb.InfoReply | None = None  # a new announcement not yet sent
+
+    def announce(self, info: pb.InfoReply) -> None:
+        """Send `info` (what the sidecar serves changed) with the next message, ahead of any
+        delta it carries."""
+        self._announce = info
+        self.box.wake()
 
     async def run(self, requests: Requests) -> AsyncIterator[Batch]:
-        yield Batch([], self._report(), self._info)
+        if self._registry is not None:
+            self._registry.add(self)
+        yield Batch([], self._report(), self._info())  # (read once registered: none is missed)
         reader = asyncio.create_task(self._read(requests))
         ticker = asyncio.create_task(self._tick())
         try:
@@ -69,9 +80,11 @@ class LinkSession:
                     log.warning("link dropped: the gateway stopped reading")
                     return
                 out = self._build()
-                if out.items or out.load is not None:
+                if out.items or out.load is not None or out.info is not None:
                     yield out
         finally:
+            if self._registry is not None:
+                self._registry.discard(self)
             await tasks.stop_all([reader, ticker])
             self._hub.release(self.box)
 
@@ -85,7 +98,8 @@ class LinkSession:
             self._beat_due = False
             if self._heartbeats_enabled():
                 load = self._report()
-        return Batch(items, load)
+        info, self._announce = self._announce, None
+        return Batch(items, load, info)
 
     def _report(self) -> pb.LoadReport:
         self._seq += 1

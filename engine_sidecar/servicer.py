@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import uuid
-from collections.abc import AsyncIterator
-from typing import NoReturn, cast
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, NoReturn, cast
 
 import grpc
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import engine_pb2_grpc as pb_grpc
 from shardgate.v1 import params
 
-from engine_sidecar import convert
+from engine_sidecar import convert, loras
 from engine_sidecar.backend import Backend, ErrorCode, RequestError, Tokenizes
 from engine_sidecar.backends.sim import SimFaults
 from engine_sidecar.config import SidecarConfig
@@ -36,6 +37,8 @@ class EngineServicer(pb_grpc.EngineServicer):
         self.links = 0
         self.link_port = 0  # the TCP link's port, once bound (0: none)
         self.stop_heartbeats = config.sim.faults.stop_heartbeats
+        self.sessions: set[LinkSession] = set()  # the live links (to announce changes on)
+        self._lora_lock = asyncio.Lock()  # one adapter change at a time
 
     def info_reply(self) -> pb.InfoReply:
         c = self._config
@@ -57,12 +60,19 @@ class EngineServicer(pb_grpc.EngineServicer):
         c = self._config
         return LinkSession(
             self._hub,
-            self.info_reply(),
+            self.info_reply,
             self._backend.load,
             c.heartbeat_interval_s,
             c.max_link_pending,
             lambda: not self.stop_heartbeats,
+            self.sessions,
         )
+
+    def reannounce(self) -> None:
+        """What the sidecar serves changed: tell every link (before anything else it sends)."""
+        info = self.info_reply()
+        for session in self.sessions:
+            session.announce(info)
 
     async def Info(
         self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
@@ -140,6 +150,34 @@ class EngineServicer(pb_grpc.EngineServicer):
         except RequestError as e:
             await self._refuse(context, e)
         return pb.DetokenizeReply(prompt=text)
+
+    async def LoadLora(
+        self, request: pb.LoadLoraRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoraReply:
+        async with self._lora_lock:
+            await self._lora_change(context, loras.load(self._backend, request.name, request.path))
+        return self._lora_reply()
+
+    async def UnloadLora(
+        self, request: pb.UnloadLoraRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoraReply:
+        async with self._lora_lock:
+            await self._lora_change(context, loras.unload(self._backend, request.name))
+        return self._lora_reply()
+
+    async def _lora_change(
+        self, context: grpc.aio.ServicerContext, change: Coroutine[Any, Any, None]
+    ) -> None:
+        try:
+            await change
+        except loras.Unsupported as e:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, str(e))
+        except RequestError as e:
+            await self._refuse(context, e)
+        self.reannounce()
+
+    def _lora_reply(self) -> pb.LoraReply:
+        return pb.LoraReply(models=self.info_reply().models)
 
     async def SetFaults(self, request: pb.Faults, context: grpc.aio.ServicerContext) -> pb.Faults:
         if not self._config.allow_fault_injection:

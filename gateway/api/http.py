@@ -13,6 +13,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.api.admin_loras import LoraAdmin
 from gateway.api.anthropic.count_tokens import CountTokens
 from gateway.api.anthropic.serving import AnthropicServing
 from gateway.api.error_shapes import ErrorShape, error_shape
@@ -120,6 +121,7 @@ class HttpApi:
         self.tokenizing = Tokenizing(fleet, service, settings)
         self.anthropic = AnthropicServing(service, settings)
         self.counting = CountTokens(self.tokenizing)
+        self.loras = LoraAdmin(fleet, lambda: self.settings, self._admin_caller)
         self._started = int(time.time())
 
     def app(self) -> web.Application:
@@ -139,6 +141,8 @@ class HttpApi:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/admin/reload", self.admin_reload)
         app.router.add_get("/admin/config", self.admin_config)
+        app.router.add_post("/v1/load_lora_adapter", self.loras.load)
+        app.router.add_post("/v1/unload_lora_adapter", self.loras.unload)
         return app
 
     def _check_length(self, request: web.Request) -> None:
@@ -229,7 +233,8 @@ class HttpApi:
         return web.json_response(body, status=200 if ready else 503)
 
     # -- admin -------------------------------------------------------------------------------
-    def _admin(self, request: web.Request) -> Gateway:
+    def _admin_caller(self, request: web.Request) -> None:
+        """Raises 401 (or 403) unless the caller may use the admin API."""
         key = self.settings.admin_key
         if key is not None:
             given = bearer_key(request.headers.get("Authorization")) or ""
@@ -239,6 +244,9 @@ class HttpApi:
             peer = request.remote or ""
             if peer not in ("127.0.0.1", "::1"):
                 raise Forbidden("The admin API is open to loopback only (no admin_key set).")
+
+    def _admin(self, request: web.Request) -> Gateway:
+        self._admin_caller(request)
         if self._gateway is None or self._gateway.reloader is None:
             raise ModelNotFound("This gateway was started without a config file.")
         return self._gateway

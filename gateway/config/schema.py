@@ -91,6 +91,9 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     drain_timeout_s: Seconds = 30.0
     # Bearer key of /admin/* (reload, config); unset: admin calls only from loopback.
     admin_key: str | None = None
+    # The longest wait for a LoRA adapter to load on (or unload from) the replicas of its model
+    # (/v1/load_lora_adapter, /v1/unload_lora_adapter), their announcement of it included.
+    lora_admin_timeout_s: Seconds = 120.0
     # Watch the config file and reload it when it changes (also on SIGHUP and /admin/reload).
     watch_config: bool = True
     # One JSON log line per finished request.

@@ -55,7 +55,8 @@ class Fleet:
         self.seen_models: dict[str, int] = {}
         # Every model announced so far -> the optional sampling fields all its engines honour.
         self.capabilities: dict[str, frozenset[str]] = {}
-        # Every LoRA adapter announced so far -> the model it adapts (its `parent`).
+        # Every LoRA adapter in the latest announcement of a sidecar (down ones included) -> the
+        # model it adapts (its `parent`); an adapter unloaded everywhere is gone from it.
         self.adapters: dict[str, str] = {}
         self.on_change: Callable[[], None] | None = None  # capacity may have changed
         self.stalls = StallDetector(self.health.stall_timeout_s)
@@ -219,11 +220,12 @@ class Fleet:
         for model, replicas in self.assembly.pools.items():
             self.seen_models[model] = max(r.models.get(model, 0) for r in replicas)
         caps: dict[str, frozenset[str]] = {}
+        adapters: dict[str, str] = {}
         for link in self.links:
             if link.info is not None:
                 for model, loras in link.info.loras.items():
                     for lora in loras:
-                        self.adapters.setdefault(lora, model)
+                        adapters.setdefault(lora, model)
                 if link.info.rank != 0:
                     continue  # a shard group's other ranks run no requests: its head says
                 for model in link.info.models:
@@ -231,6 +233,7 @@ class Fleet:
                     mine = link.info.capabilities
                     caps[model] = mine if have is None else have & mine
         self.capabilities.update(caps)
+        self.adapters = adapters
         for replica in broken_since(old, self.assembly):
             head = self.by_name.get(replica.head)
             if head is not None and head.streams:

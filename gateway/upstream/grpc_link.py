@@ -90,6 +90,8 @@ async def _read(link: EngineLink, call: grpc.aio.StreamStreamCall) -> None:
             if msg is grpc.aio.EOF:
                 raise ConnectionError("the sidecar closed the link")
             deadline.reschedule(loop.time() + hb)
+            if msg.HasField("info"):
+                link.reannounce(msg.info)
             link.deliver([convert.from_pb_delta(d) for d in msg.deltas])
             FLUSHER.flush()
             if msg.HasField("load"):

@@ -214,6 +214,14 @@ class EngineLink:
         if self.listener is not None:
             self.listener.link_up(self)
 
+    def reannounce(self, info: pb.InfoReply) -> None:
+        """The sidecar announced itself again on the live link: what it serves changed (a LoRA
+        adapter loaded or unloaded). The fleet assembles its replicas again from it."""
+        self.info = convert.endpoint_info(info)
+        self.last_activity = time.monotonic()
+        if self.listener is not None:
+            self.listener.link_up(self)
+
     def beat(self, load: pb.LoadReport) -> None:
         self.load = convert.load(load)
         self.last_heartbeat = time.monotonic()

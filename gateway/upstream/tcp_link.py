@@ -66,11 +66,13 @@ class LinkProtocol(asyncio.Protocol):
         try:
             for body in self.frames.feed(data):
                 down = _DOWN.decode(body)
-                if down.info:
+                if down.info and not self.announced.done():
                     self._announce(down)
                     continue
                 if not self.announced.done():
                     raise wire.FrameError("the sidecar did not announce itself")
+                if down.info:  # what it serves changed
+                    link.reannounce(pb.InfoReply.FromString(down.info))
                 if down.deltas:
                     link.deliver(down.deltas)
                 if down.load:
@@ -83,8 +85,6 @@ class LinkProtocol(asyncio.Protocol):
             FLUSHER.flush()
 
     def _announce(self, down: wire.Down) -> None:
-        if self.announced.done():
-            raise wire.FrameError("the sidecar announced itself twice")
         info = pb.InfoReply.FromString(down.info)
         load = pb.LoadReport.FromString(down.load) if down.load else info.load
         self.link.kick = self.kick

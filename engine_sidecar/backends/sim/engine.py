@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from engine_sidecar.backend import (
     BackendInfo,
@@ -50,7 +51,7 @@ class SimBackend:
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
         c = self.config
-        card = ModelCard(c.model, c.max_model_len, tuple(c.loras))
+        card = ModelCard(c.model, c.max_model_len, tuple(sorted(self._limits.loras)))
         return BackendInfo(
             backend="sim",
             models=(card,),
@@ -58,6 +59,14 @@ class SimBackend:
             extra={"profile": c.profile, "block_size": str(c.block_size)},
             capabilities=CAPABILITIES,
         )
+
+    async def load_lora(self, name: str, path: str) -> None:
+        """Adapters are simulated by name (the path is not read): a request naming one runs as
+        the base model's would, in a prefix cache of its own."""
+        self._limits = replace(self._limits, loras=self._limits.loras | {name})
+
+    async def unload_lora(self, name: str) -> None:
+        self._limits = replace(self._limits, loras=self._limits.loras - {name})
 
     async def start(self, sink: DeltaSink) -> None:
         if self._task is not None:

@@ -52,7 +52,7 @@ def engine_kwargs(config: VllmConfig, *, rank: int = 0, world_size: int = 1) -> 
         # The sidecar reads load through its own stat logger; vLLM's periodic log stays off.
         disable_log_stats=True,
     )
-    if config.loras:
+    if config.lora_enabled:
         kwargs.update(enable_lora=True, max_loras=config.max_loras)
         kwargs["max_lora_rank"] = config.max_lora_rank
     if world_size > 1:

@@ -12,6 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
+from typing import Any
+
+from vllm.lora.request import LoRARequest
 
 from engine_sidecar.backend import (
     BackendInfo,
@@ -43,10 +47,10 @@ from engine_sidecar.backends.vllm.engine import (
 )
 from engine_sidecar.backends.vllm.errors import error_delta
 from engine_sidecar.backends.vllm.logprobs import TokenTexts
+from engine_sidecar.backends.vllm.loras import Adapters
 from engine_sidecar.backends.vllm.outputs import to_delta
 from engine_sidecar.backends.vllm.sampling import (
     CAPABILITIES,
-    LoraRequests,
     engine_priority,
     sampling_params,
 )
@@ -75,7 +79,7 @@ class VllmBackend:
         self._world_size = world_size
         self._factory = engine_factory
         self._shared = engine
-        self._loras = LoraRequests(config.loras)
+        self._adapters = Adapters(config)
         self.engine: Engine | None = None
         self._limits = Limits(config.served_name, config.max_model_len or 0)
         self._max_num_seqs = config.max_num_seqs
@@ -89,7 +93,8 @@ class VllmBackend:
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
         c = self.config
-        card = ModelCard(c.served_name, self._limits.max_model_len, tuple(sorted(c.loras)))
+        loras = tuple(sorted(self._adapters.names()))
+        card = ModelCard(c.served_name, self._limits.max_model_len, loras)
         extra = {"engine": "vllm", "tp": str(c.tensor_parallel_size)}
         extra["pp"] = str(c.pipeline_parallel_size)
         caps = CAPABILITIES | {"tools"} | ({"reasoning"} if c.reasoning_parser else set())
@@ -106,7 +111,7 @@ class VllmBackend:
         model_config = getattr(engine.llm, "model_config", None)
         self._parsers = ChatParsers(c, engine.tokenizer.raw, model_config)
         max_len = engine.max_model_len
-        self._limits = Limits(c.served_name, max_len, frozenset(c.loras))
+        self._limits = Limits(c.served_name, max_len, self._adapters.names())
         self._max_num_seqs = engine.max_num_seqs
         self._sink = sink
         self._batcher = StepBatcher(sink, asyncio.get_running_loop())
@@ -142,9 +147,11 @@ class VllmBackend:
                 d.parsed = chat.feed("", [], True)
             self._batcher.add(d)
             return
+        lora = self._adapters.acquire(request.lora)  # (held until the request's task ends)
         task = asyncio.get_running_loop().create_task(
-            self._generate(request, p, usage, chat), name=f"vllm-{request.key}"
+            self._generate(request, p, usage, chat, lora), name=f"vllm-{request.key}"
         )
+        task.add_done_callback(lambda _: self._adapters.release(lora))
         self._requests[request.key] = (task, usage)
 
     def abort(self, key: int) -> None:
@@ -177,6 +184,21 @@ class VllmBackend:
     def healthy(self) -> bool:
         engine = self.engine
         return engine is None or not engine.errored
+
+    async def load_lora(self, name: str, path: str) -> None:
+        await self._adapters.load(self._running_llm(), name, path)
+        self._limits = replace(self._limits, loras=self._adapters.names())
+
+    async def unload_lora(self, name: str) -> None:
+        self._limits = replace(self._limits, loras=self._limits.loras - {name})
+        await self._adapters.unload(self._running_llm(), name)
+        self._limits = replace(self._limits, loras=self._adapters.names())
+
+    def _running_llm(self) -> Any:
+        engine = self.engine
+        if engine is None or self._stopped or engine.errored:
+            raise RequestError(ErrorCode.UNAVAILABLE, "the vLLM engine is not running")
+        return engine.llm
 
     # --- requests ------------------------------------------------------------------------
     def _tokenizer(self) -> HfTokenizer:
@@ -211,7 +233,12 @@ class VllmBackend:
         chat.start(p.prompt_ids, [(detok.add((t,)), t) for t in r.resume_token_ids])
 
     async def _generate(
-        self, r: EngineRequest, p: Prepared, usage: Usage, chat: ChatParse | None
+        self,
+        r: EngineRequest,
+        p: Prepared,
+        usage: Usage,
+        chat: ChatParse | None,
+        lora: LoRARequest | None,
     ) -> None:
         from vllm.inputs import TokensPrompt
 
@@ -233,7 +260,7 @@ class VllmBackend:
                 params,
                 f"{r.request_id or 'req'}-{r.key}",
                 priority=priority,
-                lora_request=self._loras.get(r.lora),
+                lora_request=lora,
             )
             # Closing the generator early (a stop string of our own text) aborts the request.
             async with contextlib.aclosing(outputs):

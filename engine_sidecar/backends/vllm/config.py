@@ -40,6 +40,9 @@ class VllmConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     load_format: str = "auto"
     # LoRA adapters by name -> path; any set enables LoRA.
     loras: dict[str, str] = {}
+    # LoRA with no adapter at start: adapters are loaded at run time (the gateway's
+    # /v1/load_lora_adapter), as `vllm serve --enable-lora`.
+    enable_lora: bool = False
     max_loras: PositiveInt = 1
     max_lora_rank: PositiveInt = 16
     # Any other AsyncEngineArgs field, passed through.
@@ -67,6 +70,10 @@ class VllmConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
             raise ValueError(f"vllm.engine_args repeats typed fields: {clash}")
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("vllm.enable_auto_tool_choice requires vllm.tool_call_parser")
+
+    @property
+    def lora_enabled(self) -> bool:
+        return self.enable_lora or bool(self.loras)
 
     @property
     def served_name(self) -> str:

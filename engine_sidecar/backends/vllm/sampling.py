@@ -62,13 +62,31 @@ def engine_priority(priority: int, policy: str) -> int:
 
 
 class LoraRequests:
-    """One LoRARequest per configured adapter, with stable ids (1, 2, ...)."""
+    """One LoRARequest per adapter by name: the configured ones get ids 1, 2, ... in name order;
+    each adapter loaded at run time gets the next id, never one used before (a name loaded
+    again, from another path, is another adapter to the engine)."""
 
     def __init__(self, loras: dict[str, str]) -> None:
         self._by_name = {
             name: LoRARequest(lora_name=name, lora_int_id=i, lora_path=path)
             for i, (name, path) in enumerate(sorted(loras.items()), start=1)
         }
+        self._next_id = len(self._by_name) + 1
 
     def get(self, name: str) -> LoRARequest | None:
         return self._by_name.get(name) if name else None
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self._by_name)
+
+    def new(self, name: str, path: str) -> LoRARequest:
+        """A request for an adapter not yet added (add() it once the engine has loaded it)."""
+        request = LoRARequest(lora_name=name, lora_int_id=self._next_id, lora_path=path)
+        self._next_id += 1
+        return request
+
+    def add(self, request: LoRARequest) -> None:
+        self._by_name[request.lora_name] = request
+
+    def remove(self, name: str) -> LoRARequest | None:
+        return self._by_name.pop(name, None)

@@ -24,43 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19shardgate/v1/engine.proto\x12\x13shardgate.engine.v1\"\xb9\x01\n\x06\x46\x61ults\x12\x1f\n\x12\x63rash_after_tokens\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1e\n\x11hang_after_tokens\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x14\n\x0cslow_token_s\x18\x03 \x01(\x02\x12\x12\n\nerror_rate\x18\x04 \x01(\x02\x12\x17\n\x0fstop_heartbeats\x18\x05 \x01(\x08\x42\x15\n\x13_crash_after_tokensB\x14\n\x12_hang_after_tokens\"V\n\rSubmitRequest\x12\x0b\n\x03key\x18\x01 \x01(\x04\x12\x18\n\x10resume_token_ids\x18\x07 \x03(\x05\x12\x12\n\ngeneration\x18\x0b \x01(\x0cJ\x04\x08\x02\x10\x07J\x04\x08\x08\x10\x0b\"%\n\x0fTokenizeRequest\x12\x12\n\ngeneration\x18\x01 \x01(\x0c\"6\n\rTokenizeReply\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\"2\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"!\n\x0f\x44\x65tokenizeReply\x12\x0e\n\x06prompt\x18\x01 \x01(\t\"R\n\x0bLinkRequest\x12\x33\n\x07submits\x18\x01 \x03(\x0b\x32\".shardgate.engine.v1.SubmitRequest\x12\x0e\n\x06\x61\x62orts\x18\x02 \x03(\x04\"\xc4\x02\n\x05\x44\x65lta\x12\x0b\n\x03key\x18\x01 \x01(\x04\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12+\n\x06\x66inish\x18\x04 \x01(\x0e\x32\x1b.shardgate.engine.v1.Finish\x12\x15\n\rprompt_tokens\x18\x05 \x01(\x05\x12\x15\n\rcached_tokens\x18\x06 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x07 \x01(\x05\x12\x32\n\nerror_code\x18\x08 \x01(\x0e\x32\x1e.shardgate.engine.v1.ErrorCode\x12\x15\n\rerror_message\x18\t \x01(\t\x12\x13\n\x0b\x65rror_field\x18\n \x01(\t\x12\x10\n\x08logprobs\x18\x0b \x01(\x0c\x12\x15\n\rstop_sequence\x18\x0c \x01(\t\x12\x0e\n\x06parsed\x18\r \x01(\x0c\"\xe6\x01\n\nLoadReport\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07waiting\x18\x03 \x01(\x05\x12\x10\n\x08kv_usage\x18\x04 \x01(\x02\x12\x14\n\x0cmax_num_seqs\x18\x05 \x01(\x05\x12\r\n\x05ready\x18\x06 \x01(\x08\x12\x13\n\x0bpreemptions\x18\x07 \x01(\x04\x12\x17\n\x0fprefix_hit_rate\x18\x08 \x01(\x02\x12\x18\n\x10generated_tokens\x18\t \x01(\x04\x12\x12\n\x05steps\x18\n \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04held\x18\x0b \x01(\x05\x42\x08\n\x06_steps\"?\n\tModelCard\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\x12\r\n\x05loras\x18\x03 \x03(\t\"\r\n\x0bInfoRequest\"\xb7\x02\n\tInfoReply\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12.\n\x06models\x18\x03 \x03(\x0b\x32\x1e.shardgate.engine.v1.ModelCard\x12\r\n\x05group\x18\x04 \x01(\t\x12\x0c\n\x04rank\x18\x05 \x01(\x05\x12\x12\n\nworld_size\x18\x06 \x01(\x05\x12\x14\n\x0cmax_num_seqs\x18\x07 \x01(\x05\x12-\n\x04load\x18\x08 \x01(\x0b\x32\x1f.shardgate.engine.v1.LoadReport\x12\x1c\n\x14heartbeat_interval_s\x18\t \x01(\x02\x12\x11\n\tlink_port\x18\n \x01(\x05\x12\x18\n\x10protocol_version\x18\x0b \x01(\x05\x12\x14\n\x0c\x63\x61pabilities\x18\x0c \x03(\t\"\x97\x01\n\x0cLinkResponse\x12*\n\x06\x64\x65ltas\x18\x01 \x03(\x0b\x32\x1a.shardgate.engine.v1.Delta\x12-\n\x04load\x18\x02 \x01(\x0b\x32\x1f.shardgate.engine.v1.LoadReport\x12,\n\x04info\x18\x03 \x01(\x0b\x32\x1e.shardgate.engine.v1.InfoReply*a\n\x06\x46inish\x12\x0f\n\x0b\x46INISH_NONE\x10\x00\x12\x0f\n\x0b\x46INISH_STOP\x10\x01\x12\x11\n\rFINISH_LENGTH\x10\x02\x12\x10\n\x0c\x46INISH_ABORT\x10\x03\x12\x10\n\x0c\x46INISH_ERROR\x10\x04*w\n\tErrorCode\x12\x0e\n\nERROR_NONE\x10\x00\x12\x1a\n\x16\x45RROR_INVALID_ARGUMENT\x10\x01\x12\x13\n\x0f\x45RROR_NOT_FOUND\x10\x02\x12\x15\n\x11\x45RROR_UNAVAILABLE\x10\x03\x12\x12\n\x0e\x45RROR_INTERNAL\x10\x04\x32\xea\x03\n\x06\x45ngine\x12O\n\x04Link\x12 .shardgate.engine.v1.LinkRequest\x1a!.shardgate.engine.v1.LinkResponse(\x01\x30\x01\x12L\n\x08Generate\x12\".shardgate.engine.v1.SubmitRequest\x1a\x1a.shardgate.engine.v1.Delta0\x01\x12H\n\x04Info\x12 .shardgate.engine.v1.InfoRequest\x1a\x1e.shardgate.engine.v1.InfoReply\x12T\n\x08Tokenize\x12$.shardgate.engine.v1.TokenizeRequest\x1a\".shardgate.engine.v1.TokenizeReply\x12Z\n\nDetokenize\x12&.shardgate.engine.v1.DetokenizeRequest\x1a$.shardgate.engine.v1.DetokenizeReply\x12\x45\n\tSetFaults\x12\x1b.shardgate.engine.v1.Faults\x1a\x1b.shardgate.engine.v1.Faultsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19shardgate/v1/engine.proto\x12\x13shardgate.engine.v1\"-\n\x0fLoadLoraRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\"!\n\x11UnloadLoraRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\";\n\tLoraReply\x12.\n\x06models\x18\x01 \x03(\x0b\x32\x1e.shardgate.engine.v1.ModelCard\"\xb9\x01\n\x06\x46\x61ults\x12\x1f\n\x12\x63rash_after_tokens\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1e\n\x11hang_after_tokens\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x14\n\x0cslow_token_s\x18\x03 \x01(\x02\x12\x12\n\nerror_rate\x18\x04 \x01(\x02\x12\x17\n\x0fstop_heartbeats\x18\x05 \x01(\x08\x42\x15\n\x13_crash_after_tokensB\x14\n\x12_hang_after_tokens\"V\n\rSubmitRequest\x12\x0b\n\x03key\x18\x01 \x01(\x04\x12\x18\n\x10resume_token_ids\x18\x07 \x03(\x05\x12\x12\n\ngeneration\x18\x0b \x01(\x0cJ\x04\x08\x02\x10\x07J\x04\x08\x08\x10\x0b\"%\n\x0fTokenizeRequest\x12\x12\n\ngeneration\x18\x01 \x01(\x0c\"6\n\rTokenizeReply\x12\x0e\n\x06tokens\x18\x01 \x03(\x05\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\"2\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"!\n\x0f\x44\x65tokenizeReply\x12\x0e\n\x06prompt\x18\x01 \x01(\t\"R\n\x0bLinkRequest\x12\x33\n\x07submits\x18\x01 \x03(\x0b\x32\".shardgate.engine.v1.SubmitRequest\x12\x0e\n\x06\x61\x62orts\x18\x02 \x03(\x04\"\xc4\x02\n\x05\x44\x65lta\x12\x0b\n\x03key\x18\x01 \x01(\x04\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12+\n\x06\x66inish\x18\x04 \x01(\x0e\x32\x1b.shardgate.engine.v1.Finish\x12\x15\n\rprompt_tokens\x18\x05 \x01(\x05\x12\x15\n\rcached_tokens\x18\x06 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x07 \x01(\x05\x12\x32\n\nerror_code\x18\x08 \x01(\x0e\x32\x1e.shardgate.engine.v1.ErrorCode\x12\x15\n\rerror_message\x18\t \x01(\t\x12\x13\n\x0b\x65rror_field\x18\n \x01(\t\x12\x10\n\x08logprobs\x18\x0b \x01(\x0c\x12\x15\n\rstop_sequence\x18\x0c \x01(\t\x12\x0e\n\x06parsed\x18\r \x01(\x0c\"\xe6\x01\n\nLoadReport\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x0f\n\x07waiting\x18\x03 \x01(\x05\x12\x10\n\x08kv_usage\x18\x04 \x01(\x02\x12\x14\n\x0cmax_num_seqs\x18\x05 \x01(\x05\x12\r\n\x05ready\x18\x06 \x01(\x08\x12\x13\n\x0bpreemptions\x18\x07 \x01(\x04\x12\x17\n\x0fprefix_hit_rate\x18\x08 \x01(\x02\x12\x18\n\x10generated_tokens\x18\t \x01(\x04\x12\x12\n\x05steps\x18\n \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04held\x18\x0b \x01(\x05\x42\x08\n\x06_steps\"?\n\tModelCard\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\x12\r\n\x05loras\x18\x03 \x03(\t\"\r\n\x0bInfoRequest\"\xb7\x02\n\tInfoReply\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12.\n\x06models\x18\x03 \x03(\x0b\x32\x1e.shardgate.engine.v1.ModelCard\x12\r\n\x05group\x18\x04 \x01(\t\x12\x0c\n\x04rank\x18\x05 \x01(\x05\x12\x12\n\nworld_size\x18\x06 \x01(\x05\x12\x14\n\x0cmax_num_seqs\x18\x07 \x01(\x05\x12-\n\x04load\x18\x08 \x01(\x0b\x32\x1f.shardgate.engine.v1.LoadReport\x12\x1c\n\x14heartbeat_interval_s\x18\t \x01(\x02\x12\x11\n\tlink_port\x18\n \x01(\x05\x12\x18\n\x10protocol_version\x18\x0b \x01(\x05\x12\x14\n\x0c\x63\x61pabilities\x18\x0c \x03(\t\"\x97\x01\n\x0cLinkResponse\x12*\n\x06\x64\x65ltas\x18\x01 \x03(\x0b\x32\x1a.shardgate.engine.v1.Delta\x12-\n\x04load\x18\x02 \x01(\x0b\x32\x1f.shardgate.engine.v1.LoadReport\x12,\n\x04info\x18\x03 \x01(\x0b\x32\x1e.shardgate.engine.v1.InfoReply*a\n\x06\x46inish\x12\x0f\n\x0b\x46INISH_NONE\x10\x00\x12\x0f\n\x0b\x46INISH_STOP\x10\x01\x12\x11\n\rFINISH_LENGTH\x10\x02\x12\x10\n\x0c\x46INISH_ABORT\x10\x03\x12\x10\n\x0c\x46INISH_ERROR\x10\x04*w\n\tErrorCode\x12\x0e\n\nERROR_NONE\x10\x00\x12\x1a\n\x16\x45RROR_INVALID_ARGUMENT\x10\x01\x12\x13\n\x0f\x45RROR_NOT_FOUND\x10\x02\x12\x15\n\x11\x45RROR_UNAVAILABLE\x10\x03\x12\x12\n\x0e\x45RROR_INTERNAL\x10\x04\x32\x92\x05\n\x06\x45ngine\x12O\n\x04Link\x12 .shardgate.engine.v1.LinkRequest\x1a!.shardgate.engine.v1.LinkResponse(\x01\x30\x01\x12L\n\x08Generate\x12\".shardgate.engine.v1.SubmitRequest\x1a\x1a.shardgate.engine.v1.Delta0\x01\x12H\n\x04Info\x12 .shardgate.engine.v1.InfoRequest\x1a\x1e.shardgate.engine.v1.InfoReply\x12T\n\x08Tokenize\x12$.shardgate.engine.v1.TokenizeRequest\x1a\".shardgate.engine.v1.TokenizeReply\x12Z\n\nDetokenize\x12&.shardgate.engine.v1.DetokenizeRequest\x1a$.shardgate.engine.v1.DetokenizeReply\x12\x45\n\tSetFaults\x12\x1b.shardgate.engine.v1.Faults\x1a\x1b.shardgate.engine.v1.Faults\x12P\n\x08LoadLora\x12$.shardgate.engine.v1.LoadLoraRequest\x1a\x1e.shardgate.engine.v1.LoraReply\x12T\n\nUnloadLora\x12&.shardgate.engine.v1.UnloadLoraRequest\x1a\x1e.shardgate.engine.v1.LoraReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shardgate.v1.engine_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISH']._serialized_start=1700
-  _globals['_FINISH']._serialized_end=1797
-  _globals['_ERRORCODE']._serialized_start=1799
-  _globals['_ERRORCODE']._serialized_end=1918
-  _globals['_FAULTS']._serialized_start=51
-  _globals['_FAULTS']._serialized_end=236
-  _globals['_SUBMITREQUEST']._serialized_start=238
-  _globals['_SUBMITREQUEST']._serialized_end=324
-  _globals['_TOKENIZEREQUEST']._serialized_start=326
-  _globals['_TOKENIZEREQUEST']._serialized_end=363
-  _globals['_TOKENIZEREPLY']._serialized_start=365
-  _globals['_TOKENIZEREPLY']._serialized_end=419
-  _globals['_DETOKENIZEREQUEST']._serialized_start=421
-  _globals['_DETOKENIZEREQUEST']._serialized_end=471
-  _globals['_DETOKENIZEREPLY']._serialized_start=473
-  _globals['_DETOKENIZEREPLY']._serialized_end=506
-  _globals['_LINKREQUEST']._serialized_start=508
-  _globals['_LINKREQUEST']._serialized_end=590
-  _globals['_DELTA']._serialized_start=593
-  _globals['_DELTA']._serialized_end=917
-  _globals['_LOADREPORT']._serialized_start=920
-  _globals['_LOADREPORT']._serialized_end=1150
-  _globals['_MODELCARD']._serialized_start=1152
-  _globals['_MODELCARD']._serialized_end=1215
-  _globals['_INFOREQUEST']._serialized_start=1217
-  _globals['_INFOREQUEST']._serialized_end=1230
-  _globals['_INFOREPLY']._serialized_start=1233
-  _globals['_INFOREPLY']._serialized_end=1544
-  _globals['_LINKRESPONSE']._serialized_start=1547
-  _globals['_LINKRESPONSE']._serialized_end=1698
-  _globals['_ENGINE']._serialized_start=1921
-  _globals['_ENGINE']._serialized_end=2411
+  _globals['_FINISH']._serialized_start=1843
+  _globals['_FINISH']._serialized_end=1940
+  _globals['_ERRORCODE']._serialized_start=1942
+  _globals['_ERRORCODE']._serialized_end=2061
+  _globals['_LOADLORAREQUEST']._serialized_start=50
+  _globals['_LOADLORAREQUEST']._serialized_end=95
+  _globals['_UNLOADLORAREQUEST']._serialized_start=97
+  _globals['_UNLOADLORAREQUEST']._serialized_end=130
+  _globals['_LORAREPLY']._serialized_start=132
+  _globals['_LORAREPLY']._serialized_end=191
+  _globals['_FAULTS']._serialized_start=194
+  _globals['_FAULTS']._serialized_end=379
+  _globals['_SUBMITREQUEST']._serialized_start=381
+  _globals['_SUBMITREQUEST']._serialized_end=467
+  _globals['_TOKENIZEREQUEST']._serialized_start=469
+  _globals['_TOKENIZEREQUEST']._serialized_end=506
+  _globals['_TOKENIZEREPLY']._serialized_start=508
+  _globals['_TOKENIZEREPLY']._serialized_end=562
+  _globals['_DETOKENIZEREQUEST']._serialized_start=564
+  _globals['_DETOKENIZEREQUEST']._serialized_end=614
+  _globals['_DETOKENIZEREPLY']._serialized_start=616
+  _globals['_DETOKENIZEREPLY']._serialized_end=649
+  _globals['_LINKREQUEST']._serialized_start=651
+  _globals['_LINKREQUEST']._serialized_end=733
+  _globals['_DELTA']._serialized_start=736
+  _globals['_DELTA']._serialized_end=1060
+  _globals['_LOADREPORT']._serialized_start=1063
+  _globals['_LOADREPORT']._serialized_end=1293
+  _globals['_MODELCARD']._serialized_start=1295
+  _globals['_MODELCARD']._serialized_end=1358
+  _globals['_INFOREQUEST']._serialized_start=1360
+  _globals['_INFOREQUEST']._serialized_end=1373
+  _globals['_INFOREPLY']._serialized_start=1376
+  _globals['_INFOREPLY']._serialized_end=1687
+  _globals['_LINKRESPONSE']._serialized_start=1690
+  _globals['_LINKRESPONSE']._serialized_end=1841
+  _globals['_ENGINE']._serialized_start=2064
+  _globals['_ENGINE']._serialized_end=2722
 # @@protoc_insertion_point(module_scope)

@@ -33,6 +33,26 @@ ERROR_NOT_FOUND: ErrorCode
 ERROR_UNAVAILABLE: ErrorCode
 ERROR_INTERNAL: ErrorCode
 
+class LoadLoraRequest(_message.Message):
+    __slots__ = ("name", "path")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    path: str
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class UnloadLoraRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class LoraReply(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelCard]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ...) -> None: ...
+
 class Faults(_message.Message):
     __slots__ = ("crash_after_tokens", "hang_after_tokens", "slow_token_s", "error_rate", "stop_heartbeats")
     CRASH_AFTER_TOKENS_FIELD_NUMBER: _ClassVar[int]

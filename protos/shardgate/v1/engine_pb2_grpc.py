@@ -64,6 +64,16 @@ class EngineStub:
                 request_serializer=shardgate_dot_v1_dot_engine__pb2.Faults.SerializeToString,
                 response_deserializer=shardgate_dot_v1_dot_engine__pb2.Faults.FromString,
                 _registered_method=True)
+        self.LoadLora = channel.unary_unary(
+                '/shardgate.engine.v1.Engine/LoadLora',
+                request_serializer=shardgate_dot_v1_dot_engine__pb2.LoadLoraRequest.SerializeToString,
+                response_deserializer=shardgate_dot_v1_dot_engine__pb2.LoraReply.FromString,
+                _registered_method=True)
+        self.UnloadLora = channel.unary_unary(
+                '/shardgate.engine.v1.Engine/UnloadLora',
+                request_serializer=shardgate_dot_v1_dot_engine__pb2.UnloadLoraRequest.SerializeToString,
+                response_deserializer=shardgate_dot_v1_dot_engine__pb2.LoraReply.FromString,
+                _registered_method=True)
 
 
 class EngineServicer:
@@ -112,6 +122,23 @@ class EngineServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadLora(self, request, context):
+        """LoRA adapters at run time (vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter).
+        Once one succeeds, the sidecar announces its new model cards on every link (an InfoReply
+        in a later LinkResponse) before it replies. UNIMPLEMENTED where the engine cannot; a name
+        already loaded (or a served model's) is INVALID_ARGUMENT; an unknown adapter or path,
+        NOT_FOUND. Unloading lets requests already running on the adapter finish.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadLora(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EngineServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +171,16 @@ def add_EngineServicer_to_server(servicer, server):
                     servicer.SetFaults,
                     request_deserializer=shardgate_dot_v1_dot_engine__pb2.Faults.FromString,
                     response_serializer=shardgate_dot_v1_dot_engine__pb2.Faults.SerializeToString,
+            ),
+            'LoadLora': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadLora,
+                    request_deserializer=shardgate_dot_v1_dot_engine__pb2.LoadLoraRequest.FromString,
+                    response_serializer=shardgate_dot_v1_dot_engine__pb2.LoraReply.SerializeToString,
+            ),
+            'UnloadLora': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadLora,
+                    request_deserializer=shardgate_dot_v1_dot_engine__pb2.UnloadLoraRequest.FromString,
+                    response_serializer=shardgate_dot_v1_dot_engine__pb2.LoraReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +345,60 @@ class Engine:
             '/shardgate.engine.v1.Engine/SetFaults',
             shardgate_dot_v1_dot_engine__pb2.Faults.SerializeToString,
             shardgate_dot_v1_dot_engine__pb2.Faults.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadLora(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.engine.v1.Engine/LoadLora',
+            shardgate_dot_v1_dot_engine__pb2.LoadLoraRequest.SerializeToString,
+            shardgate_dot_v1_dot_engine__pb2.LoraReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadLora(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardgate.engine.v1.Engine/UnloadLora',
+            shardgate_dot_v1_dot_engine__pb2.UnloadLoraRequest.SerializeToString,
+            shardgate_dot_v1_dot_engine__pb2.LoraReply.FromString,
             options,
             channel_credentials,
             insecure,

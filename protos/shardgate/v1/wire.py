@@ -8,7 +8,8 @@ what grpc.aio and protobuf objects cost on each side (see bench/RESULTS.md).
 
 A connection starts with the gateway writing `MAGIC`; then each side writes frames: a 4-byte
 little-endian body length, then the body. The gateway writes `Up` bodies (engine.proto
-`LinkRequest`), the sidecar `Down` bodies (`LinkResponse`), its first one carrying `info`.
+`LinkRequest`), the sidecar `Down` bodies (`LinkResponse`), its first one carrying `info` (and
+a later one again when what the sidecar serves changes).
 A frame over `MAX_FRAME` bytes, or a body that does not decode, ends the connection.
 """
 

@@ -96,3 +96,9 @@ def test_check_config_accepts_the_engine_configs(name: str) -> None:
     from gateway.config.loader import load
 
     check_launch(load(str(CONFIGS / name)))
+
+
+def test_enable_lora_turns_lora_on_with_no_adapter_at_start() -> None:
+    on = engine_kwargs(VllmConfig(model="org/model", enable_lora=True, max_lora_rank=8))
+    assert (on["enable_lora"], on["max_loras"], on["max_lora_rank"]) == (True, 1, 8)
+    assert "enable_lora" not in engine_kwargs(VllmConfig(model="org/model"))
