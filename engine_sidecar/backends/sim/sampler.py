@@ -154,8 +154,8 @@ def refusal(s: Sampling) -> tuple[str, str] | None:
         return "repetition_penalty", "repetition_penalty must be greater than zero"
     if not 0.0 <= s.min_p <= 1.0:
         return "min_p", "min_p must be in [0, 1]"
-    if s.logprobs is not None and s.logprobs < 0:
-        return "logprobs", "logprobs must be at least 0"
+    if s.logprobs is not None and s.logprobs < -1:
+        return "logprobs", "logprobs must be at least 0, or -1 (all)"
     return None
 
 

@@ -7,6 +7,7 @@ import random
 from array import array
 
 from engine_sidecar.backend import EngineRequest
+from engine_sidecar.backends.sim.sampler import N as num_words
 from engine_sidecar.backends.sim.sampler import Sampler, changes_logits, table_for
 from engine_sidecar.backends.sim.tokenizer import SimTokenizer
 
@@ -102,7 +103,8 @@ class SimSeq:
         self.sampler = (
             Sampler(s, prompt_ids, self.generated, tokenizer) if changes_logits(s) else None
         )
-        self.logprobs = s.logprobs  # top alternatives to give with each token; None: none
+        # Top alternatives to give with each token (-1: every word); None: none.
+        self.logprobs = num_words if s.logprobs == -1 else s.logprobs
         self.rng = UNSEEDED  # seeded at first admission: position len(generated) of the stream
         self.hashes: list[int] = []  # KV block hashes of prompt + generated, for admission
         self.hashes_len = -1

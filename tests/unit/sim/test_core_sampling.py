@@ -121,3 +121,8 @@ def test_the_same_request_gives_the_same_tokens() -> None:
     kw: dict[str, Any] = {"presence_penalty": 0.4, "repetition_penalty": 1.2, "min_p": 0.05}
     assert run(**kw).tokens == run(**kw).tokens
     assert run(**kw).tokens != run(**{**kw, "seed": 12}).tokens
+
+
+def test_logprobs_of_every_word() -> None:
+    lps = logprobs(run(logprobs=-1, max_tokens=4))
+    assert all(len(lp.ids) == len(TOK.word_ids) for lp in lps)

@@ -180,7 +180,8 @@ def test_a_forced_token_is_certain() -> None:
         ({"allowed_token_ids": (word(1), 31000)}, "allowed_token_ids"),
         ({"repetition_penalty": 0.0}, "repetition_penalty"),
         ({"min_p": 1.5}, "min_p"),
-        ({"logprobs": -1}, "logprobs"),
+        ({"logprobs": -2}, "logprobs"),
+        ({"logprobs": -1}, None),  # every word
         ({"logit_bias": {word(0): 1.0, word(N - 1): -1.0}}, None),
         ({"allowed_token_ids": (word(0),), "min_p": 1.0, "logprobs": 0}, None),
     ],
