@@ -73,7 +73,9 @@ def test_resumed_run_continues_its_tokens_and_logprobs(
 
 @pytest.mark.parametrize("kw", FIELDS, ids=lambda kw: ",".join(kw) or "plain")
 def test_logprobs_do_not_change_the_tokens(kw: dict[str, Any]) -> None:
-    assert run(logprobs=5, **kw).tokens == run(**kw).tokens
+    with_logprobs = run(logprobs=5, **kw)
+    assert len(logprobs(with_logprobs)) == len(with_logprobs.tokens) == 48
+    assert with_logprobs.tokens == run(**kw).tokens
 
 
 def sampled_logprobs(**kw: Any) -> list[float]:
@@ -119,10 +121,10 @@ def test_logit_bias_allowed_and_bad_words_steer_the_tokens() -> None:
 
 def test_the_same_request_gives_the_same_tokens() -> None:
     kw: dict[str, Any] = {"presence_penalty": 0.4, "repetition_penalty": 1.2, "min_p": 0.05}
-    assert run(**kw).tokens == run(**kw).tokens
+    assert run(**kw).tokens == run(**kw).tokens != run().tokens
     assert run(**kw).tokens != run(**{**kw, "seed": 12}).tokens
 
 
 def test_logprobs_of_every_word() -> None:
     lps = logprobs(run(logprobs=-1, max_tokens=4))
-    assert all(len(lp.ids) == len(TOK.word_ids) for lp in lps)
+    assert [len(lp.ids) for lp in lps] == [len(TOK.word_ids)] * 4
