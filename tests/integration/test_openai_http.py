@@ -216,6 +216,8 @@ def test_unknown_route_is_json_404(cluster: Cluster) -> None:
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
+        ({"extra_body": {"include_stop_str_in_output": True}}, "include_stop_str_in_output"),
+        ({"extra_body": {"skip_special_tokens": False}}, "skip_special_tokens"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         (
             {

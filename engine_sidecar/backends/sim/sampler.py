@@ -104,7 +104,6 @@ def table(temperature: float, top_k: int, top_p: float, min_p: float = 0.0) -> t
 BUCKET_SHIFT: Final = 20  # the uniform's top 12 bits index a table's buckets
 
 
-@lru_cache(maxsize=256)
 def buckets(thresholds: tuple[int, ...]) -> tuple[int, ...]:
     """For each of the 4096 equal ranges of the uniform, the rank every u in it draws, or -1
     where a threshold falls inside it (bisect then): most draws are one index, not a search."""
@@ -116,10 +115,17 @@ def buckets(thresholds: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=256)
+def _table_and_buckets(
+    temperature: float, top_k: int, top_p: float, min_p: float
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    th = table(temperature, top_k, top_p, min_p)
+    return th, buckets(th)
+
+
 def table_for(s: Sampling) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A request's thresholds (see `table`) and their buckets."""
-    th = table(s.temperature, s.top_k, s.top_p, s.min_p)
-    return th, buckets(th)
+    return _table_and_buckets(s.temperature, s.top_k, s.top_p, s.min_p)
 
 
 def bad_word_ids(bad_words: Sequence[str], tokenizer: SimTokenizer) -> list[tuple[int, ...]]:
