@@ -262,8 +262,8 @@ class SimCore:
         text = self._word_texts[idx]
         # A split character's second token is the only one possible after its first.
         forced = bool(self._multibyte and gen) and self.tokenizer.is_split_first(gen[-1])
-        if self._multibyte:
-            tok, text = self._split_word(gen, v, tok, text)
+        if self._multibyte and (sampler is None or sampler.allowed is None):
+            tok, text = self._split_word(gen, v, tok, text)  # (allowed ids: never split words)
         lps = None
         if seq.logprobs is not None:
             lp = logprobs_at(context(v), tok, idx, seq.logprobs, self.tokenizer, forced=forced)

@@ -113,6 +113,8 @@ def test_logit_bias_allowed_and_bad_words_steer_the_tokens() -> None:
     assert set(run(logit_bias={W: 100.0}).tokens) == {W}
     allowed = tuple(TOK.encode(" river sea sky"))
     assert set(run(allowed_token_ids=allowed).tokens) <= set(allowed)
+    split_words = SimConfig(eos_every=0, multibyte_every=2)
+    assert set(run(split_words, allowed_token_ids=allowed).tokens) <= set(allowed)
     plain = run(temperature=0.0).tokens
     banned = TOK.decode_token(plain[0]).strip()
     steered = run(temperature=0.0, bad_words=(banned,)).tokens
