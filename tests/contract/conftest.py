@@ -76,7 +76,8 @@ def make_harness(kind: str, request: pytest.FixtureRequest) -> Harness:
             multibyte_every=4,
         )
         backend = SimBackend(sim)
-        return Harness(kind, backend, "sim-llama", Caps(), tokenizer=backend.tokenizer)
+        caps = Caps(logprobs=True)
+        return Harness(kind, backend, "sim-llama", caps, tokenizer=backend.tokenizer)
     tiny_dir = request.getfixturevalue("tiny_model_dir")
     if kind == "vllm":
         require("vllm")

@@ -90,13 +90,15 @@ class Harness:
         return self.backend.info().max_num_seqs
 
     def request(self, **kw: Any) -> EngineRequest:
-        sampling = Sampling(
-            max_tokens=kw.pop("max_tokens", 8),
-            temperature=kw.pop("temperature", 0.0),
-            ignore_eos=kw.pop("ignore_eos", True),
-            stop=kw.pop("stop", ()),
-            logprobs=kw.pop("logprobs", None),
-        )
+        fields = {
+            "max_tokens": kw.pop("max_tokens", 8),
+            "temperature": kw.pop("temperature", 0.0),
+            "ignore_eos": kw.pop("ignore_eos", True),
+            "stop": kw.pop("stop", ()),
+            "logprobs": kw.pop("logprobs", None),
+            **kw.pop("sampling", {}),  # any other sampling field
+        }
+        sampling = Sampling(**fields)
         if not {"prompt", "messages", "prompt_token_ids"} & kw.keys():
             kw["messages"] = (ChatMessage("user", "Tell me about shards."),)
         kw.setdefault("request_id", "contract")

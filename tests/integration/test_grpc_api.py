@@ -144,9 +144,13 @@ _CHAT = pb.Messages(messages=[pb.Message(role="user", content="hi")])
 @pytest.mark.parametrize(
     ("extra", "param", "message"),
     [
-        ({"presence_penalty": 0.5}, "presence_penalty", "not supported by its engine"),
-        ({"logit_bias": {5: 10.0}}, "logit_bias", "not supported by its engine"),
-        ({"repetition_penalty": 1.2}, "repetition_penalty", "not supported by its engine"),
+        (
+            {"include_stop_str_in_output": True},
+            "include_stop_str_in_output",
+            "not supported by its engine",
+        ),
+        ({"skip_special_tokens": False}, "skip_special_tokens", "not supported by its engine"),
+        ({"logit_bias": {3: 10.0}}, "logit_bias", "the sim generates only the tokens"),
         (
             {"structured_outputs": pb.StructuredOutputs(regex="[ab]+")},
             "structured_outputs",
@@ -181,6 +185,22 @@ def test_sampling_fields_are_refused_by_name_where_the_engine_cannot_honour_them
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert message in err.details()
     assert dict(err.trailing_metadata())["param"] == param
+
+
+def test_the_sim_honours_logit_bias_and_penalties(channel: grpc.Channel) -> None:
+    stub = pb_grpc.GatewayStub(channel)
+
+    def ids(**extra: Any) -> list[int]:
+        req = pb.GenerateRequest(
+            model="sim-llama", prompt="Tell me more", max_tokens=16, ignore_eos=True, **extra
+        )
+        return [t for r in stub.Generate(req, timeout=30) for t in r.token_ids]
+
+    plain = ids(temperature=0.0)
+    assert set(ids(logit_bias={plain[3]: 100.0})) == {plain[3]}
+    # Once generated, the favoured token's logit (about 104) is divided by 50: never again.
+    steered = ids(temperature=0.0, logit_bias={plain[3]: 100.0}, repetition_penalty=50.0)
+    assert steered[0] == plain[3] and plain[3] not in steered[1:]
 
 
 def test_the_sim_honours_stop_token_ids_and_min_tokens(channel: grpc.Channel) -> None:

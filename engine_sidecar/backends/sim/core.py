@@ -3,12 +3,15 @@ no clock; `step()` says how long the step would take on the modelled hardware.
 
 Tokens are deterministic: the token at generated position p is drawn from a random stream seeded
 by (the original prompt token ids, the sampling seed, the config seed), one 64-bit draw per
-position. A request resumed with the first k tokens of an earlier run therefore continues exactly
-as the undisturbed run did, which is what preemption and migration rely on.
+position, from the distribution sampler.py defines (its logprobs, and the sampling fields that
+change it, are a function of that draw and the tokens so far). A request resumed with the first k
+tokens of an earlier run therefore continues exactly as the undisturbed run did, tokens and
+logprobs, which is what preemption and migration rely on.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,6 +19,8 @@ from engine_sidecar.backend import EngineDelta, EngineRequest, ErrorCode, Finish
 from engine_sidecar.backends.sim.config import SimConfig
 from engine_sidecar.backends.sim.kv import BlockManager
 from engine_sidecar.backends.sim.profiles import PROFILES, step_time_s
+from engine_sidecar.backends.sim.sampler import BUCKET_SHIFT as _BUCKET_SHIFT
+from engine_sidecar.backends.sim.sampler import context, draw_fast, logprobs_at
 from engine_sidecar.backends.sim.sequence import DONE, RUNNING, WAITING, SimSeq
 from engine_sidecar.backends.sim.tokenizer import SimTokenizer
 from engine_sidecar.backends.sim.waiting import WaitingQueue
@@ -122,6 +127,7 @@ class SimCore:
         needy = self._needy
         texts, base = self._word_texts, self._word_base
         num_words = len(texts)
+        bisect, shift = bisect_right, _BUCKET_SHIFT
         new_tokens = 0
         for seq in self._running.values():
             if not seq.fast:
@@ -138,7 +144,14 @@ class SimCore:
                 deltas.append(self._final(seq, Finish.STOP))
                 finished.append(seq)
                 continue
-            idx = (v & _LOW32) % num_words
+            # sampler.draw_fast, inlined
+            u = v & _LOW32
+            k = seq.buckets[u >> shift]
+            if k < 0:
+                k = bisect(seq.table, u)
+            idx = (v >> 44) % num_words + k
+            if idx >= num_words:
+                idx -= num_words
             tok = base + idx
             gen.append(tok)
             new_tokens += 1
@@ -243,12 +256,21 @@ class SimCore:
         v = seq.rng.getrandbits(64)
         if seq.eos_every and p and p >= seq.min_tokens and (v >> 32) % seq.eos_every == 0:
             return self._final(seq, Finish.STOP)
-        idx = (v & _LOW32) % len(self._word_texts)
+        sampler = seq.sampler
+        idx = draw_fast(v, seq.table, seq.buckets) if sampler is None else sampler.draw(v, gen)
         tok = self._word_base + idx
         text = self._word_texts[idx]
-        if self._multibyte:
-            tok, text = self._split_word(gen, v, tok, text)
+        # A split character's second token is the only one possible after its first.
+        forced = bool(self._multibyte and gen) and self.tokenizer.is_split_first(gen[-1])
+        if self._multibyte and (sampler is None or sampler.allowed is None):
+            tok, text = self._split_word(gen, v, tok, text)  # (allowed ids: never split words)
+        lps = None
+        if seq.logprobs is not None:
+            lp = logprobs_at(context(v), tok, idx, seq.logprobs, self.tokenizer, forced=forced)
+            lps = [lp]
         gen.append(tok)
+        if sampler is not None:
+            sampler.note(tok)
         seq.run_tokens += 1
         self.generated_tokens += 1
         finish = Finish.NONE
@@ -262,11 +284,19 @@ class SimCore:
         if not finish and p + 1 >= seq.max_tokens:
             finish = Finish.LENGTH
             text += seq.take_tail()  # flush what was held back for stop strings
-        d = EngineDelta(seq.key, [tok], text, finish)
+        d = EngineDelta(seq.key, [tok], text, finish, logprobs=lps)
         if finish is Finish.STOP:
             d.stop_sequence = seq.matched
         self._fill_usage(seq, d)
-        seq.fast = not (seq.stops or seq.fail or self._multibyte or seq.stop_ids or seq.min_tokens)
+        seq.fast = not (
+            seq.stops
+            or seq.fail
+            or self._multibyte
+            or seq.stop_ids
+            or seq.min_tokens
+            or sampler is not None
+            or seq.logprobs is not None
+        )
         if not finish and p + 1 >= seq.gen_room:
             self._needy.append(seq)
         return d

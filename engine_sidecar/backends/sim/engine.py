@@ -20,6 +20,7 @@ from engine_sidecar.backend import (
 from engine_sidecar.backends.common.prompts import Limits, detokenize, prepare, tokenize
 from engine_sidecar.backends.sim.config import SimConfig, SimFaults
 from engine_sidecar.backends.sim.core import SimCore
+from engine_sidecar.backends.sim.sampler import refusal
 from engine_sidecar.backends.sim.tokenizer import SimTokenizer
 
 CRASH_EXIT_CODE = 17
@@ -27,8 +28,21 @@ CRASH_EXIT_CODE = 17
 _MAX_LAG_S = 0.05
 
 
-# The optional sampling fields a deterministic simulator honours.
-CAPABILITIES = frozenset({"stop_token_ids", "min_tokens"})
+# The optional sampling fields a deterministic simulator honours (sampler.py).
+CAPABILITIES = frozenset(
+    {
+        "stop_token_ids",
+        "min_tokens",
+        "logprobs",
+        "logit_bias",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "allowed_token_ids",
+        "bad_words",
+        "min_p",
+    }
+)
 
 
 class SimBackend:
@@ -128,7 +142,11 @@ class SimBackend:
             raise RequestError(ErrorCode.UNAVAILABLE, "the sim engine is stopped")
         if r.key in self.core:
             raise RequestError(ErrorCode.INVALID_ARGUMENT, f"duplicate request key {r.key}", "key")
-        return prepare(r, self._limits, self.tokenizer).prompt_ids
+        ids = prepare(r, self._limits, self.tokenizer).prompt_ids
+        refused = refusal(r.sampling)
+        if refused is not None:
+            raise RequestError(ErrorCode.INVALID_ARGUMENT, refused[1], refused[0])
+        return ids
 
     def tokenize(self, r: EngineRequest) -> list[int]:
         return tokenize(r, self._limits, self.tokenizer)

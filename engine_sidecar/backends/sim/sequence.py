@@ -7,6 +7,8 @@ import random
 from array import array
 
 from engine_sidecar.backend import EngineRequest
+from engine_sidecar.backends.sim.sampler import N as num_words
+from engine_sidecar.backends.sim.sampler import Sampler, changes_logits, table_for
 from engine_sidecar.backends.sim.tokenizer import SimTokenizer
 
 WAITING, RUNNING, DONE = 0, 1, 2
@@ -31,6 +33,7 @@ def fails(request_id: str, error_rate: float) -> bool:
 class SimSeq:
     __slots__ = (
         "arrival",
+        "buckets",
         "cached_tokens",
         "eos_every",
         "fail",
@@ -40,6 +43,7 @@ class SimSeq:
         "hashes",
         "hashes_len",
         "key",
+        "logprobs",
         "matched",
         "max_stop_len",
         "max_tokens",
@@ -50,11 +54,13 @@ class SimSeq:
         "rng",
         "run_tokens",
         "salt",
+        "sampler",
         "sent_first",
         "state",
         "stop_ids",
         "stops",
         "stream_seed",
+        "table",
         "tail",
     )
 
@@ -91,6 +97,14 @@ class SimSeq:
         self.matched = ""  # the stop string that ended it, once one did
         self.salt = request.lora.encode()  # separates the prefix caches of LoRAs
         self.stream_seed = stream_seed(prompt_ids, s.seed, config_seed)
+        # The distribution its tokens are drawn from (sampler.py): a table, or its own Sampler
+        # where its fields change the logits.
+        self.table, self.buckets = table_for(s)
+        self.sampler = (
+            Sampler(s, prompt_ids, self.generated, tokenizer) if changes_logits(s) else None
+        )
+        # Top alternatives to give with each token (-1: every word); None: none.
+        self.logprobs = num_words if s.logprobs == -1 else s.logprobs
         self.rng = UNSEEDED  # seeded at first admission: position len(generated) of the stream
         self.hashes: list[int] = []  # KV block hashes of prompt + generated, for admission
         self.hashes_len = -1
@@ -99,7 +113,9 @@ class SimSeq:
         self.cached_tokens = 0
         self.sent_first = False
         self.fail = fails(request.request_id, error_rate)
-        self.fast = False  # may take step()'s fast path: first delta sent, no stops, no fault
+        # May take step()'s fast path: first delta sent, no stops, no fault, no sampler, no
+        # logprobs.
+        self.fast = False
         self.state = WAITING
 
     def seed_stream(self) -> None:

@@ -13,8 +13,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from shardgate.v1.params import OPTIONAL
-
 from engine_sidecar.backend import (
     BackendInfo,
     DeltaSink,
@@ -34,7 +32,9 @@ from engine_sidecar.backends.triton.config import TritonConfig
 from engine_sidecar.backends.triton.job import Convention
 from engine_sidecar.backends.triton.monitor import Monitor
 from engine_sidecar.backends.triton.stream import RequestStream
+from engine_sidecar.backends.triton.trtllm_convention import CAPABILITIES as TRTLLM_CAPABILITIES
 from engine_sidecar.backends.triton.trtllm_convention import TrtllmConvention
+from engine_sidecar.backends.triton.vllm_convention import CAPABILITIES as VLLM_CAPABILITIES
 from engine_sidecar.backends.triton.vllm_convention import VllmConvention
 
 log = logging.getLogger(__name__)
@@ -81,10 +81,8 @@ class TritonBackend:
         c = self.config
         card = ModelCard(c.served_name, c.max_model_len, tuple(sorted(c.loras)))
         extra = {"engine": "triton", "convention": c.convention, "url": c.url}
-        # Triton's vLLM backend takes vLLM's sampling parameters as they are; the TensorRT-LLM
-        # convention maps only the base ones.
-        # (Structured outputs not yet: their parameters do not travel as plain JSON values.)
-        caps = frozenset(OPTIONAL) - {"structured"} if c.convention == "vllm" else frozenset()
+        # What the convention sends (each convention's CAPABILITIES).
+        caps = VLLM_CAPABILITIES if c.convention == "vllm" else TRTLLM_CAPABILITIES
         return BackendInfo("triton", (card,), c.max_num_seqs, extra, caps)
 
     async def start(self, sink: DeltaSink) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine_sidecar.backend import EngineRequest
+from shardgate.v1.params import Sampling, asked
+
+from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
 
 
 @dataclass(slots=True)
@@ -40,3 +42,15 @@ class Convention(Protocol):
         """Validate (raises RequestError) and build the inputs."""
 
     def reader(self, job: Job) -> Reader: ...
+
+
+def refuse_unannounced(s: Sampling, capabilities: frozenset[str], convention: str) -> None:
+    """A field the convention does not announce is refused by name, never sent and ignored
+    (the gateway refuses it first; this guards any other client of the link)."""
+    for name in asked(s):
+        if name not in capabilities:
+            raise RequestError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{name} is not supported by the {convention} convention",
+                name,
+            )

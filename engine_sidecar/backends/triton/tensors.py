@@ -34,6 +34,12 @@ def fp32(name: str, value: float, shape: Sequence[int] = (1, 1)) -> Any:
     return t
 
 
+def fp32s(name: str, values: Sequence[float], shape: Sequence[int]) -> Any:
+    t = InputTensor(name=name, datatype="FP32", shape=list(shape))
+    t.contents.fp32_contents.extend(values)
+    return t
+
+
 def uint64(name: str, value: int, shape: Sequence[int] = (1, 1)) -> Any:
     t = InputTensor(name=name, datatype="UINT64", shape=list(shape))
     t.contents.uint64_contents.append(value)

@@ -8,14 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardgate.v1.params import Sampling
+
 from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
 from engine_sidecar.backends.common.detokenizer import IncrementalDetokenizer
 from engine_sidecar.backends.common.prompts import Limits, prepare
 from engine_sidecar.backends.common.tokenizer import HfTokenizer
 from engine_sidecar.backends.triton import tensors
-from engine_sidecar.backends.triton.job import Job, Step
+from engine_sidecar.backends.triton.job import Job, Step, refuse_unannounced
 
 _NO_END = -1  # an end id that never occurs: generation ignores EOS
+
+# The optional sampling fields mapped to the inputs of TensorRT-LLM's model (announced as the
+# convention's capabilities): its penalties, `min_length`, and `embedding_bias` (a bias per
+# vocabulary entry) for logit_bias.
+CAPABILITIES = frozenset(
+    {"presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"}
+)
 
 
 class TrtllmConvention:
@@ -28,6 +37,7 @@ class TrtllmConvention:
     def prepare(self, request: EngineRequest) -> Job:
         p = prepare(request, self._limits, self._tok)
         s = request.sampling
+        refuse_unannounced(s, CAPABILITIES, self.name)
         if s.stop:
             raise RequestError(
                 ErrorCode.INVALID_ARGUMENT,
@@ -55,7 +65,34 @@ class TrtllmConvention:
                 inputs.append(tensors.int32s("runtime_top_k", [s.top_k], (1, 1)))
         if s.seed is not None:
             inputs.append(tensors.uint64("random_seed", s.seed & 0xFFFFFFFFFFFFFFFF))
+        inputs.extend(self._optional(s, p.resumed))
         return Job(request, inputs, p.max_tokens, p.resumed, len(p.prompt_ids), ids)
+
+    def _optional(self, s: Sampling, resumed: int) -> list[Any]:
+        out = []
+        if s.repetition_penalty != 1.0:
+            out.append(tensors.fp32("repetition_penalty", s.repetition_penalty))
+        if s.presence_penalty:
+            out.append(tensors.fp32("presence_penalty", s.presence_penalty))
+        if s.frequency_penalty:
+            out.append(tensors.fp32("frequency_penalty", s.frequency_penalty))
+        # What an earlier run generated counts, as for max_tokens.
+        min_length = max(0, s.min_tokens - resumed)
+        if min_length:
+            out.append(tensors.int32s("min_length", [min_length], (1, 1)))
+        if s.logit_bias:
+            vocab = self._tok.vocab_size
+            bias = [0.0] * vocab
+            for token, b in s.logit_bias.items():
+                if not 0 <= token < vocab:
+                    raise RequestError(
+                        ErrorCode.INVALID_ARGUMENT,
+                        f"logit_bias: token {token} is not in the vocabulary of {vocab} tokens",
+                        "logit_bias",
+                    )
+                bias[token] = b
+            out.append(tensors.fp32s("embedding_bias", bias, (1, vocab)))
+        return out
 
     def reader(self, job: Job) -> _Reader:
         return _Reader(IncrementalDetokenizer(self._tok, job.context))

@@ -12,16 +12,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shardgate.v1.params import asked
+from shardgate.v1.params import OPTIONAL, asked
 
 from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
 from engine_sidecar.backends.common.detokenizer import whole_text
 from engine_sidecar.backends.common.prompts import Limits, check_request, too_long
 from engine_sidecar.backends.common.tokenizer import HfTokenizer
 from engine_sidecar.backends.triton import tensors
-from engine_sidecar.backends.triton.job import Job, Step
+from engine_sidecar.backends.triton.job import Job, Step, refuse_unannounced
 
 _BAD = ErrorCode.INVALID_ARGUMENT
+
+# The optional sampling fields passed through: Triton's vLLM backend takes vLLM's
+# SamplingParams as they are, but answers text only (no per-token logprobs), and structured
+# outputs' parameters do not travel as plain JSON values.
+CAPABILITIES = frozenset(OPTIONAL) - {"structured", "logprobs"}
 
 
 class VllmConvention:
@@ -42,6 +47,7 @@ class VllmConvention:
     def prepare(self, request: EngineRequest) -> Job:
         r = request
         check_request(r, self._limits)
+        refuse_unannounced(r.sampling, CAPABILITIES, self.name)
         if r.messages is not None:
             field = what = "messages"
             text = self._need_tokenizer("chat", field).chat_text(r.messages) if r.messages else ""
