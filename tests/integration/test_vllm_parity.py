@@ -196,6 +196,12 @@ COMPLETION_CASES: dict[str, dict[str, Any]] = {
     "echo": {"echo": True},
     "ignore_eos": {"extra_body": {"ignore_eos": True}, "max_tokens": 20},
     "include_stop_str": {"stop": ["h"], "extra_body": {"include_stop_str_in_output": True}},
+    # The start-of-text token, likeliest, ignored EOS: its text "<s>" kept, or not.
+    "special_kept": {
+        "logit_bias": {"1": 30},
+        "extra_body": {"skip_special_tokens": False, "ignore_eos": True},
+    },
+    "special_skipped": {"logit_bias": {"1": 30}, "extra_body": {"ignore_eos": True}},
     "n_seeded": {"n": 2, "temperature": 0.8, "seed": 11},
     "n_logprobs": {"n": 2, "logprobs": 2, "temperature": 1.0, "seed": 3},
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -50,6 +51,14 @@ class HfTokenizer:
         self.vocab_size: int = len(tokenizer)
         eos = getattr(tokenizer, "eos_token_id", None)
         self.eos_token_id: int | None = eos if isinstance(eos, int) else None
+        self._skip_special = True
+
+    def keeping_special_tokens(self) -> HfTokenizer:
+        """This tokenizer, its decode keeping special tokens' text (vLLM's
+        skip_special_tokens false)."""
+        out = copy.copy(self)
+        out._skip_special = False
+        return out
 
     @property
     def raw(self) -> Any:
@@ -66,7 +75,7 @@ class HfTokenizer:
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tok.decode(list(ids), skip_special_tokens=True))
+        return str(self._tok.decode(list(ids), skip_special_tokens=self._skip_special))
 
     def chat_text(self, messages: Sequence[ChatMessage], tools: TemplateTools | None = None) -> str:
         """The conversation rendered by the model's chat template, ready for generation."""

@@ -15,6 +15,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+import msgspec
 from vllm.lora.request import LoRARequest
 
 from engine_sidecar.backend import (
@@ -229,7 +230,10 @@ class VllmBackend:
     def _start_parse(self, chat: ChatParse, r: EngineRequest, p: Prepared) -> None:
         """The parse starts after the prompt and the tokens resumed (each with its text)."""
         assert self.engine is not None
-        detok = IncrementalDetokenizer(self.engine.tokenizer, p.prompt_ids)
+        tokenizer = self.engine.tokenizer
+        if chat.request.skip_special_tokens is False or not r.sampling.skip_special_tokens:
+            tokenizer = tokenizer.keeping_special_tokens()
+        detok = IncrementalDetokenizer(tokenizer, p.prompt_ids)
         chat.start(p.prompt_ids, [(detok.add((t,)), t) for t in r.resume_token_ids])
 
     async def _generate(
@@ -246,12 +250,16 @@ class VllmBackend:
         assert batcher is not None and engine is not None
         priority = engine_priority(r.priority, self.config.scheduling_policy)
         try:
-            text = own_text(engine.tokenizer, p.prompt_ids, r.resume_token_ids, r.sampling)
+            sampling = r.sampling
+            if chat is not None and chat.request.skip_special_tokens is False:
+                # The parser needs its markers' text (vLLM's adjust_request says so).
+                sampling = msgspec.structs.replace(sampling, skip_special_tokens=False)
+            text = own_text(engine.tokenizer, p.prompt_ids, r.resume_token_ids, sampling)
             logprob_texts = None
-            if text is not None and r.sampling.logprobs is not None:
+            if text is not None and sampling.logprobs is not None:
                 logprob_texts = TokenTexts(engine.tokenizer.raw, r.resume_token_ids)
             params = sampling_params(
-                r.sampling, p.max_tokens, detokenize=text is None, resumed=len(r.resume_token_ids)
+                sampling, p.max_tokens, detokenize=text is None, resumed=len(r.resume_token_ids)
             )
             if chat is not None and chat.structured_outputs is not None:
                 params.structured_outputs = chat.structured_outputs  # the tool choice's grammar

@@ -4,9 +4,8 @@ front of vLLM's own server, announces the same)."""
 from __future__ import annotations
 
 # The optional sampling fields this backend passes to vLLM (announced as its capabilities).
-# Those that shape the text (skip_special_tokens, spaces_between_special_tokens) are not among
-# them yet: a resumed request's text is made by the sidecar (vllm/text.py), which does not
-# apply them.
+# spaces_between_special_tokens is not among them: vLLM applies it with slow tokenizers only,
+# and a resumed request's text is made by the sidecar (vllm/text.py), which does not.
 CAPABILITIES = frozenset(
     {
         "presence_penalty",
@@ -21,5 +20,6 @@ CAPABILITIES = frozenset(
         "structured",
         "logprobs",
         "include_stop_str_in_output",
+        "skip_special_tokens",
     }
 )

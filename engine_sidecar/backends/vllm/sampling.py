@@ -39,6 +39,7 @@ def sampling_params(
         seed=s.seed,
         stop=(list(s.stop) or None) if detokenize else None,
         include_stop_str_in_output=s.include_stop_str_in_output,
+        skip_special_tokens=s.skip_special_tokens,
         ignore_eos=s.ignore_eos,
         presence_penalty=s.presence_penalty,
         frequency_penalty=s.frequency_penalty,

@@ -70,6 +70,8 @@ def own_text(
 ) -> OwnText | None:
     """An OwnText where vLLM's text would be wrong: a resumed request, or a prompt that ends
     inside a character (its first text would repeat the prompt); else None."""
+    if not sampling.skip_special_tokens:
+        tokenizer = tokenizer.keeping_special_tokens()
     detok = IncrementalDetokenizer(tokenizer, [*prompt_ids, *resume_ids])
     if not resume_ids and not detok.held:
         return None

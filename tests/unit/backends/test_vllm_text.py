@@ -84,3 +84,20 @@ def test_resumed_at_any_cut_the_text_goes_on_as_one_run(
         assert full_ids[:cut] + kept == full_ids, cut
         assert sent + rest == full_text, cut
         assert stopped == full_stopped
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_special_tokens_are_kept_or_skipped_at_any_cut(tok: Any, skip: bool) -> None:
+    from engine_sidecar.backends.vllm.text import own_text
+
+    s = Sampling(max_tokens=64, skip_special_tokens=skip)
+    decoding = tok if skip else tok.keeping_special_tokens()
+    prompt = tok.encode("Say:", add_special_tokens=False)
+    words = tok.encode(" shards ok", add_special_tokens=False)
+    ids = [*words, 1, *words, 2, *words]  # the start- and end-of-text tokens among them
+    whole = decoding.decode(ids)
+    assert ("<s>" in whole and "</s>" in whole) == (not skip)
+    for cut in range(1, len(ids)):
+        run = own_text(tok, prompt, ids[:cut], s)
+        assert run is not None
+        assert decoding.decode(ids[:cut]) + _run(run, ids[cut:])[1] == whole, cut
