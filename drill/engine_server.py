@@ -61,7 +61,7 @@ class FakeEngineServer:
         self.bodies: list[dict[str, Any]] = []  # of the generation requests, in order
         self._hung = asyncio.Event()
         self._release = asyncio.Event()
-        self._transports: set[asyncio.BaseTransport] = set()
+        self._transports: set[asyncio.Transport] = set()
         self.api_key = api_key
         app = web.Application(middlewares=[self._auth])
         app.router.add_get("/health", self._health)
@@ -162,14 +162,14 @@ class FakeEngineServer:
         await self._gate(request)
         self.bodies.append(body)
         if body.get("model") != MODEL:
-            error = {
+            error: dict[str, str | None] = {
                 "message": f"The model `{body.get('model')}` does not exist.",
                 "param": "model",
             }
             return web.json_response({"error": error}, status=404)
         if "return_token_ids" in body and not self.token_ids:
-            error = {"message": "Unrecognized field: return_token_ids", "param": None}
-            return web.json_response({"error": error}, status=400)
+            unrecognized = {"message": "Unrecognized field: return_token_ids", "param": None}
+            return web.json_response({"error": unrecognized}, status=400)
         max_tokens = int(body.get("max_tokens", 16))
         context = list(prompt)
         out: list[int] = []
