@@ -72,5 +72,12 @@ bench: venv
 drill: venv
 	$(BIN)/shardgate drill --config configs/drill.yaml --out drill/out $${DRILL_ARGS:-}
 
+# The engine server behind an openai-backend sidecar killed under load (configs/drill-engine.yaml;
+# its sidecars run `python -m drill.engine_server`, found on PATH: the venv's first).
+.PHONY: drill-engine
+drill-engine: venv
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/shardgate drill --config configs/drill-engine.yaml \
+		--model fake-llm --faults engine-kill --out drill/out/engine $${DRILL_ARGS:-}
+
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

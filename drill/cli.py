@@ -23,6 +23,8 @@ EPILOG = """faults (in the order given; each is cleared and recovered from befor
   slow        SetFaults slow_token_s: every engine step takes longer
   stall       SetFaults hang_after_tokens 0: the engine wedges while heartbeats go on
   rank-kill   SIGKILL the non-zero rank of a shard group, then start it again
+  engine-kill SIGKILL the engine server behind an openai-backend sidecar (openai.command);
+              its sidecar starts it again
 
 exit status: 0 nothing lost or corrupted and every replica recovered; 1 otherwise;
 2 the drill could not run (config, ports, cluster not ready).
@@ -31,6 +33,7 @@ examples:
   shardgate drill --config configs/drill.yaml --out drill/out
   shardgate drill --faults kill,heartbeat --hold 1.5 --concurrency 8
   shardgate drill --attach --faults stop,heartbeat,slow,stall   # a cluster from `shardgate up`
+  shardgate drill --config configs/drill-engine.yaml --model fake-llm --faults engine-kill
 """
 
 

@@ -5,6 +5,9 @@
 as separate child processes, so that single sidecars can be killed, stopped and restarted.
 `AttachedCluster` only finds the sidecars' processes by their listening ports: it may stop and
 continue them (never kill them: it could not start them again).
+
+An openai-backend sidecar that runs its engine server as its own child (`openai.command`) starts
+it again when it dies: a local drill may kill that server (found by the port of its base_url).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from drill.pids import pid_listening_on
 from drill.procs import Child, stop_all
@@ -39,8 +43,40 @@ class Controls(Protocol):
 
     def restart(self, name: str) -> None: ...
 
+    def can_kill_engine(self, name: str) -> bool:
+        """Whether the sidecar's engine server may be killed (its sidecar restarts it)."""
+        ...
+
+    def kill_engine(self, name: str) -> None: ...
+
     def release(self) -> None:
         """Always called at the end: continue what is stopped, stop what the drill started."""
+
+
+def engine_port(launch: dict[str, Any] | None) -> int | None:
+    """The port of the engine server that a launched openai-backend sidecar runs as its child
+    (None: the sidecar runs none)."""
+    if not launch or launch.get("backend") != "openai":
+        return None
+    openai = launch.get("openai") or {}
+    if not openai.get("command"):
+        return None
+    url = urlsplit(openai.get("base_url", "http://127.0.0.1:8000"))
+    if url.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None  # (a server elsewhere: not a process of this machine)
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
+def kill_listener(port: int) -> None:
+    """SIGKILL the process listening on `port` (its whole process group where it leads one, as
+    an engine server that its sidecar started in a session of its own does)."""
+    pid = pid_listening_on(port)
+    if pid is None:
+        raise RuntimeError(f"no process listens on port {port}")
+    if os.getpgid(pid) == pid:
+        os.killpg(pid, signal.SIGKILL)
+    else:
+        os.kill(pid, signal.SIGKILL)
 
 
 def port_of(address: str) -> int:
@@ -68,9 +104,13 @@ def busy_ports(config: Config) -> list[str]:
 class LocalCluster:
     def __init__(self, config_path: str, config: Config, log_dir: Path, log_level: str) -> None:
         self.sidecars: dict[str, Child] = {}
+        self.engine_ports: dict[str, int] = {}
         for e in config.sidecars:
             if e.launch is None:
                 continue
+            port = engine_port(e.launch)
+            if port is not None:
+                self.engine_ports[e.name] = port
             argv = sidecar_argv(e, log_level)
             self.sidecars[e.name] = Child(e.name, argv, log_dir / f"{e.name}.log")
         gateway_argv = [
@@ -109,6 +149,12 @@ class LocalCluster:
     def restart(self, name: str) -> None:
         self.sidecars[name].start()
 
+    def can_kill_engine(self, name: str) -> bool:
+        return name in self.engine_ports
+
+    def kill_engine(self, name: str) -> None:
+        kill_listener(self.engine_ports[name])
+
     def release(self) -> None:
         stop_all([self.gateway, *self.sidecars.values()])
 
@@ -144,6 +190,12 @@ class AttachedCluster:
 
     def restart(self, name: str) -> None:
         raise RuntimeError("an attached drill cannot restart processes")
+
+    def can_kill_engine(self, name: str) -> bool:
+        return False  # (whether anything would start the server again is not known)
+
+    def kill_engine(self, name: str) -> None:
+        raise RuntimeError("an attached drill does not kill engine servers")
 
     def release(self) -> None:
         for pid in self._stopped:

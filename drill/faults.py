@@ -19,10 +19,20 @@ class Kind(enum.StrEnum):
     SLOW = "slow"  # SetFaults slow_token_s: every engine step takes longer
     STALL = "stall"  # SetFaults hang_after_tokens 0: the engine wedges, heartbeats go on
     RANK_KILL = "rank-kill"  # SIGKILL a non-zero rank of a shard group; cleared by a restart
+    # SIGKILL the engine server behind an openai-backend sidecar; its sidecar starts it again
+    ENGINE_KILL = "engine-kill"
 
 
-ALL = (Kind.KILL, Kind.STOP, Kind.HEARTBEAT, Kind.SLOW, Kind.STALL, Kind.RANK_KILL)
-_STANDALONE = (Kind.KILL, Kind.STOP, Kind.HEARTBEAT, Kind.SLOW, Kind.STALL)
+ALL = (
+    Kind.KILL,
+    Kind.STOP,
+    Kind.HEARTBEAT,
+    Kind.SLOW,
+    Kind.STALL,
+    Kind.RANK_KILL,
+    Kind.ENGINE_KILL,
+)
+_STANDALONE = (Kind.KILL, Kind.STOP, Kind.HEARTBEAT, Kind.SLOW, Kind.STALL, Kind.ENGINE_KILL)
 
 DESCRIPTIONS = {
     Kind.KILL: "SIGKILL a standalone sidecar, then start it again",
@@ -31,6 +41,7 @@ DESCRIPTIONS = {
     Kind.SLOW: "make a sidecar's engine steps slow, then fast again",
     Kind.STALL: "wedge a sidecar's engine while its heartbeats go on, then unwedge it",
     Kind.RANK_KILL: "SIGKILL the non-zero rank of a shard group, then start it again",
+    Kind.ENGINE_KILL: "SIGKILL the engine server behind a sidecar; the sidecar starts it again",
 }
 
 
@@ -95,6 +106,8 @@ def _fits(kind: Kind, s: SidecarInfo, controls: Controls) -> bool:
             return False
     elif not s.standalone:
         return False
+    if kind is Kind.ENGINE_KILL:
+        return controls.can_kill_engine(s.name)
     if _needs_signals(kind) and not controls.can_signal(s.name):
         return False
     return not (_needs_restart(kind) and not controls.can_restart(s.name))
@@ -103,6 +116,8 @@ def _fits(kind: Kind, s: SidecarInfo, controls: Controls) -> bool:
 def _why_not(kind: Kind) -> str:
     if kind is Kind.RANK_KILL:
         return "no non-zero rank of a shard group that the drill can kill and restart"
+    if kind is Kind.ENGINE_KILL:
+        return "no standalone openai-backend sidecar that runs its engine server (openai.command)"
     if _needs_restart(kind):
         return "no standalone sidecar that the drill can kill and restart"
     if _needs_signals(kind):
@@ -123,6 +138,8 @@ async def inject(fault: Fault, controls: Controls, slow_token_s: float) -> None:
             await engine.set_faults(address, FaultSettings(slow_token_s=slow_token_s))
         case Kind.STALL:
             await engine.set_faults(address, FaultSettings(hang_after_tokens=0))
+        case Kind.ENGINE_KILL:
+            controls.kill_engine(name)
 
 
 async def clear(fault: Fault, controls: Controls) -> None:
@@ -134,3 +151,5 @@ async def clear(fault: Fault, controls: Controls) -> None:
             controls.send(name, signal.SIGCONT)
         case Kind.HEARTBEAT | Kind.SLOW | Kind.STALL:
             await engine.set_faults(address, FaultSettings())
+        case Kind.ENGINE_KILL:
+            pass  # (its sidecar starts the server again, with its backoff)

@@ -63,6 +63,7 @@ class Fleet:
         self.stalled: frozenset[str] = frozenset()  # sidecars whose engine stalled
         self.on_stalled: Callable[[str], None] | None = None  # a replica's engine stalled
         self._states: dict[str, Health] = {}
+        self._ready: dict[str, bool] = {}  # each link's `load.ready` as last assembled
         self._task: asyncio.Task[None] | None = None
         self._drains: set[asyncio.Task[None]] = set()
         for e in endpoints:
@@ -173,7 +174,9 @@ class Fleet:
         monitor = self.monitors.get(link.name)
         if monitor is not None and self.by_name.get(link.name) is link:
             monitor.beat(link.last_heartbeat)
-            if self._states.get(link.name) is not Health.UP:
+            ready = link.load is not None and link.load.ready
+            # (an engine that stopped or started taking requests: routable no more, or again)
+            if self._states.get(link.name) is not Health.UP or self._ready.get(link.name) != ready:
                 self.refresh()
 
     def _on_down(self, ev: LinkDown) -> None:
@@ -217,6 +220,7 @@ class Fleet:
             )
         old, self.assembly = self.assembly, assemble(snapshots)
         self._states = states
+        self._ready = {link.name: link.load is not None and link.load.ready for link in self.links}
         for model, replicas in self.assembly.pools.items():
             self.seen_models[model] = max(r.models.get(model, 0) for r in replicas)
         caps: dict[str, frozenset[str]] = {}

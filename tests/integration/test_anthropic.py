@@ -256,6 +256,45 @@ def test_bad_requests_are_bad_request_errors_naming_the_field(
     assert error["type"] == "invalid_request_error" and words in error["message"]
 
 
+TOOL = {"name": "f", "description": "A tool.", "input_schema": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"tools": [TOOL]}, {"tools": [TOOL], "tool_choice": {"type": "any"}}],
+)
+def test_tools_are_refused_by_name_where_no_engine_serves_them(
+    client: anthropic.Anthropic, fields: dict[str, Any]
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as e:
+        create(client, **fields)
+    assert isinstance(e.value.body, dict)
+    assert e.value.body["error"]["message"] == (
+        "model sim-llama: tools is not supported by its engine."
+    )
+    with (
+        pytest.raises(anthropic.BadRequestError),
+        client.messages.stream(
+            model="sim-llama", max_tokens=8, messages=MESSAGES, **fields
+        ) as stream,
+    ):
+        stream.until_done()
+
+
+def test_a_conversation_with_answered_calls_needs_no_tools(client: anthropic.Anthropic) -> None:
+    """tool_use / tool_result blocks without tools: the conversation as the engine renders it."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"x": 1}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "42"}
+    messages = [
+        *MESSAGES,
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [result, {"type": "text", "text": "And?"}]},
+    ]
+    m = create(client, messages=messages)
+    assert m.stop_reason == "max_tokens" and len(text_of(m)) > 0
+    assert m.usage.input_tokens > create(client).usage.input_tokens
+
+
 def test_an_unknown_model_is_not_found(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.NotFoundError) as e:
         create(client, model="nope")

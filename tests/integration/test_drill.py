@@ -1,5 +1,6 @@
 """`shardgate drill` end to end: a short drill (kill, heartbeat stop, a wedged engine) on a small
-local cluster of its own, on free ports, run as a user runs it."""
+local cluster of its own, on free ports, run as a user runs it; and the engine-kill case, with
+openai-backend sidecars in front of the drill's own engine servers."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def write_config(path: Path) -> None:
     load(str(path))  # a valid config
 
 
-def drill(config: Path, out: Path) -> subprocess.CompletedProcess[str]:
+def drill(
+    config: Path, out: Path, faults: str = "kill,heartbeat,stall", *extra: str
+) -> subprocess.CompletedProcess[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -57,7 +60,8 @@ def drill(config: Path, out: Path) -> subprocess.CompletedProcess[str]:
         "--config",
         str(config),
         "--faults",
-        "kill,heartbeat,stall",
+        faults,
+        *extra,
         "--concurrency",
         "8",
         "--requests",
@@ -143,3 +147,63 @@ def test_the_drill_refuses_to_start_on_ports_in_use(tmp_path: Path) -> None:
         done = drill(config, tmp_path / "out")
     assert done.returncode == 2
     assert f"127.0.0.1:{port}" in done.stderr and "ports in use" in done.stderr
+
+
+def write_engine_config(path: Path) -> None:
+    """Two openai-backend sidecars, each running its own engine server (30 ms a token), started
+    again 2 s after it dies (long enough for every sample of the gateway to see it gone)."""
+    sidecars = ""
+    for name in ("engine-a", "engine-b"):
+        port = free_port()
+        command = [sys.executable, "-m", "drill.engine_server", str(port), "0.03"]
+        sidecars += (
+            f"  - name: {name}\n"
+            f"    address: 127.0.0.1:{free_port()}\n"
+            "    launch:\n"
+            "      backend: openai\n"
+            "      heartbeat_interval_s: 0.2\n"
+            f"      openai: {{base_url: 'http://127.0.0.1:{port}', model: fake-llm,\n"
+            f"               command: {json.dumps(command)},\n"
+            "               health_interval_s: 0.2, health_timeout_s: 0.5,\n"
+            "               startup_timeout_s: 30, restart_backoff_s: 2.0}\n"
+        )
+    path.write_text(
+        "gateway:\n"
+        f"  http: {{host: 127.0.0.1, port: {free_port()}}}\n"
+        f"  grpc: {{host: 127.0.0.1, port: {free_port()}}}\n"
+        "  request_log: false\n"
+        "  link: {reconnect_min_s: 0.05, reconnect_max_s: 0.5}\n"
+        "health:\n"
+        "  suspect_after_intervals: 3\n"
+        "  down_after_intervals: 6\n"
+        "  ejection: {base_ejection_time_s: 1, max_ejection_time_s: 5}\n"
+        f"sidecars:\n{sidecars}"
+    )
+    load(str(path))  # a valid config
+
+
+def test_a_killed_engine_server_is_not_ready_and_its_streams_migrate(tmp_path: Path) -> None:
+    config = tmp_path / "drill.yaml"
+    write_engine_config(config)
+    out = tmp_path / "out"
+    done = drill(config, out, "engine-kill", "--model", "fake-llm")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    report: dict[str, Any] = json.loads((out / "report.json").read_text())
+    assert report["ok"] is True and report["skipped"] == []
+    assert report["reference"]["completed"] == report["reference"]["sent"] == 8
+    [f] = report["faults"]
+    assert (f["kind"], f["target"]) == ("engine-kill", "engine-a")
+    assert f["sent"] > 0 and f["completed"] == f["sent"]
+    assert (f["lost"], f["corrupted"]) == (0, 0)  # every text equals the reference run's
+    assert f["migrated"] > 0  # the streams in flight on the dead server moved
+    assert f["recovered"] is True and f["detect_s"] is not None
+    # The model stopped being ready on that replica: one of the two routable, then both again.
+    routable = [r for _, _, r in f["timeline"]]
+    assert routable[0] == 2 and routable[-1] == 2
+    assert 1 in routable
+    # Its sidecar saw its server killed once, turned NOT_SERVING, and (recovered) started it again.
+    sidecar_log = (out / "logs" / "engine-a.log").read_text()
+    assert sidecar_log.count("engine server exited (-9)") == 1
+    assert "engine is no longer healthy" in sidecar_log
+    assert "engine server exited" not in (out / "logs" / "engine-b.log").read_text()

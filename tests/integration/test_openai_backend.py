@@ -200,3 +200,34 @@ async def test_tokenize_through_the_server(front: Front) -> None:
             text = (await r.json())["prompt"]
         async with http.post(f"{front.server_url}/detokenize", json=tokens) as r:
             assert text == (await r.json())["prompt"]
+
+
+async def test_the_stop_string_that_ended_it_is_named(
+    front: Front, clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]
+) -> None:
+    """vLLM's stop_reason (the stop string it matched) is the final delta's stop sequence:
+    Anthropic's Messages API names it (stop_reason "stop_sequence"), as with the vllm backend."""
+    import anthropic
+
+    ours, _ = clients
+    reference, finish, _ = await _chat(ours, False, max_tokens=24, temperature=0.0)
+    assert finish == "length" and len(reference) >= 8
+    stop = reference[4:8]
+    base_url = front.base_url.removesuffix("/v1")
+    async with anthropic.AsyncAnthropic(base_url=base_url, api_key="none", max_retries=0) as a:
+        args: dict[str, Any] = {
+            "model": MODEL,
+            "max_tokens": 24,
+            "messages": MESSAGES,
+            "stop_sequences": ["never appears here", stop],
+            "extra_body": {"temperature": 0.0},
+        }
+        m = await a.messages.create(**args)
+        assert (m.stop_reason, m.stop_sequence) == ("stop_sequence", stop)
+        assert [getattr(b, "text", None) for b in m.content] == [reference[: reference.index(stop)]]
+        async with a.messages.stream(**args) as stream:
+            final = await stream.get_final_message()
+        assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)
+        # Ended by its length: no stop sequence.
+        m = await a.messages.create(**{**args, "stop_sequences": ["never appears here"]})
+        assert (m.stop_reason, m.stop_sequence) == ("max_tokens", None)

@@ -253,6 +253,43 @@ async def test_a_stream_migrates_with_identical_text_when_its_server_dies() -> N
             await f.stop()
 
 
+async def test_a_dead_server_takes_its_replica_out_of_the_models_readiness() -> None:
+    """With no stream to break, only the sidecar's health checks see the server die: its load
+    reports turn not ready, and the gateway stops counting the replica at once (and counts it
+    again once a server answers there)."""
+    fakes = [FakeEngineServer() for _ in range(2)]
+    sidecars: list[Sidecar] = []
+    gateway: Gateway | None = None
+    try:
+        for i, f in enumerate(fakes):
+            await f.start()
+            cfg = SidecarConfig(name=f"openai-{i}", port=0, backend="openai", openai=config(f))
+            sidecars.append(Sidecar(cfg))
+            await sidecars[-1].start()
+        yaml = GATEWAY_YAML % (sidecars[0].port, sidecars[1].port)
+        gateway = Gateway(parse(yaml), http_port=0, grpc_port=0)
+        await gateway.start()
+        fleet = gateway.fleet
+        assert await fleet.wait_connected(10.0)
+
+        def routable() -> int:
+            return fleet.models().get(MODEL, (0, 0))[1]
+
+        await until_async(lambda: routable() == 2, 10.0, "both replicas routable")
+        await fakes[0].kill()
+        await until_async(lambda: routable() == 1, 10.0, "the dead server's replica out")
+        fakes[0] = FakeEngineServer(port=fakes[0].port)
+        await fakes[0].start()
+        await until_async(lambda: routable() == 2, 10.0, "the replica back")
+    finally:
+        if gateway is not None:
+            await gateway.stop(1.0)
+        for s in sidecars:
+            await s.stop(0.1)
+        for f in fakes:
+            await f.stop()
+
+
 async def _enumerate(stream: Any) -> AsyncIterator[tuple[int, Any]]:
     i = 0
     async for item in stream:

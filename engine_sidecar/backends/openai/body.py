@@ -16,9 +16,16 @@ from shardgate.v1.params import Message, Sampling, Structured, asked
 from engine_sidecar.backend import EngineRequest
 from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 
-# The optional sampling fields vLLM's OpenAI server takes: the vllm backend's, less logprobs
-# (the server's logprobs name tokens by their text only, and this backend does not read them
-# yet, so they are refused by name, not dropped).
+# The optional sampling fields vLLM's OpenAI server takes (the vllm backend's CAPABILITIES),
+# less logprobs (refused by name, not dropped): its HTTP answers cannot give the link's Logprobs
+# exactly as the vllm backend does (ids, logprobs, each token as vLLM's detokenizer decodes it,
+# the sampled one first). Without `return_tokens_as_token_ids` a token is its decoded text only
+# (its id is not known: several ids decode to the same text, e.g. byte tokens as U+FFFD). With
+# it a token is "token_id:N": chat gives the sampled token's decoded text in its `bytes`, but
+# an alternative's `bytes` are those of "token_id:N"; /v1/completions (every resumed request
+# goes there, as token ids) gives no bytes at all; and logprobs are clamped to -9999.0. The
+# texts would have to be decoded on the sidecar (vllm/logprobs.py TokenTexts: vLLM and the
+# model's tokenizer on the sidecar's machine).
 NOT_PASSED = frozenset({"logprobs"})
 VLLM_CAPABILITIES = CAPABILITIES - NOT_PASSED
 # Those of the OpenAI API itself, which any compatible server takes.

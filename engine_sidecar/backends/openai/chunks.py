@@ -2,7 +2,8 @@
 
 Decoded with msgspec into the few fields it needs (all others are ignored): the text, vLLM's
 token ids (`return_token_ids`: the prompt's in the first chunk, each chunk's own), the finish
-reason, the usage of the last chunk, and an error sent inside the stream.
+reason and vLLM's `stop_reason` (the stop string that ended it, when one did; a stop token's id
+otherwise), the usage of the last chunk, and an error sent inside the stream.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class _Choice(msgspec.Struct, gc=False):
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None  # completions: the first chunk
     finish_reason: str | None = None
+    stop_reason: str | int | None = None  # vLLM's
 
 
 class _Details(msgspec.Struct, gc=False):
@@ -64,6 +66,7 @@ class Chunk(msgspec.Struct, gc=False):
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
     finish_reason: str | None = None
+    stop_sequence: str = ""  # the stop string that ended it (vLLM's stop_reason, a string)
     usage: tuple[int, int, int] | None = None  # prompt, completion, cached tokens
     error: str | None = None
     error_param: str = ""
@@ -92,6 +95,8 @@ def read_chunk(data: bytes) -> Chunk:
         if choice.prompt_token_ids is not None:
             out.prompt_token_ids = choice.prompt_token_ids
         out.finish_reason = choice.finish_reason
+        if isinstance(choice.stop_reason, str):
+            out.stop_sequence = choice.stop_reason
     return out
 
 

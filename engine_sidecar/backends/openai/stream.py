@@ -149,11 +149,18 @@ class RequestStream:
             ids, text, stopped = self._text.add(ids, chunk.finish_reason is not None)
             if stopped:
                 self._count(ids)
-                self._emit(self._delta(ids, text, Finish.STOP))
+                d = self._delta(ids, text, Finish.STOP)
+                d.stop_sequence = self._text.matched
+                self._emit(d)
                 return True
         self._count(ids)
         if chunk.finish_reason is not None:
-            self._held = Chunk(text=text, token_ids=ids, finish_reason=chunk.finish_reason)
+            self._held = Chunk(
+                text=text,
+                token_ids=ids,
+                finish_reason=chunk.finish_reason,
+                stop_sequence=chunk.stop_sequence,
+            )
             if chunk.usage is not None:
                 self._emit(self._final(self._held, chunk.usage))
                 return True
@@ -174,7 +181,9 @@ class RequestStream:
             if not self._job.resumed and prompt:
                 self.usage.prompt_tokens = prompt
             completion = self._job.resumed + generated
-        return self._delta(held.token_ids or [], held.text, finish, completion)
+        d = self._delta(held.token_ids or [], held.text, finish, completion)
+        d.stop_sequence = held.stop_sequence if finish is Finish.STOP else ""
+        return d
 
     def _delta(
         self, ids: list[int], text: str, finish: Finish, completion: int | None = None

@@ -1,6 +1,6 @@
 """POST /v1/messages/count_tokens: the input tokens of a Messages request, counted by a
-replica of the model (its engine's tokenizer and chat template: the count a generation of the
-same messages reports as its `input_tokens`)."""
+replica of the model (its engine's tokenizer and chat template, tools rendered: the count a
+generation of the same messages reports as its `input_tokens`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class CountTokens:
     async def count_tokens(self, request: web.Request) -> web.Response:
         s = self._tokenizing.settings
         body = await read_body(request, s.max_body_bytes, s.client_body_timeout_s)
-        model, messages = decode_count_tokens(body)
+        model, messages, tools = decode_count_tokens(body)
         model, lora, address = self._tokenizing.replica(api_key(request.headers), model)
         generation = Generation(
             request_id="count_tokens",
@@ -32,6 +32,7 @@ class CountTokens:
             sampling=Sampling(max_tokens=1),
             messages=messages,
             lora=lora,
+            tools=tools,
         )
         ids, _ = await tokens.tokenize(address, generation, TIMEOUT_S, s.link.tls)
         return web.json_response({"input_tokens": len(ids)})

@@ -3,10 +3,12 @@
 The bodies are those of POST /v1/messages and POST /v1/messages/count_tokens as the official
 `anthropic` SDK sends them (its sampling fields, temperature, top_p and top_k, in the body as
 the API takes them). Unknown fields are ignored (as the OpenAI edge does); known fields that
-ask for something not served yet (tools, tool_use / tool_result blocks, images, extended
-thinking, effort, containers, an assistant prefill) are refused with a 400 naming the field,
-never answered as if they had not been asked. `output_config.format` (a JSON schema) is the
-core's structured outputs, refused by name where the model's engines cannot honour it.
+ask for something not served (server tools, images, extended thinking, effort, containers, an
+assistant prefill) are refused with a 400 naming the field, never answered as if they had not
+been asked. Tools, tool_choice and the tool_use / tool_result blocks are the core's tools
+(tools.py, blocks.py), refused by name where the model's engines serve none.
+`output_config.format` (a JSON schema) is the core's structured outputs, refused by name
+where the model's engines cannot honour it.
 Errors are `InvalidRequest`s whose `param` is the field's path, e.g.
 ``"messages[0].content[1].type"``.
 """
@@ -16,10 +18,12 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
-from shardgate.v1.params import Structured
+from shardgate.v1.params import Structured, Tools
 
+from gateway.api.anthropic.blocks import Block, assistant_message, text_of, user_messages
+from gateway.api.anthropic.tools import tools_of
 from gateway.api.openai.validation import INT32_MAX, bad, decode_json, not_served
-from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
+from gateway.types import GenerationRequest, Message, Sampling
 
 __all__ = [
     "Block",
@@ -37,18 +41,7 @@ _TopK = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 _Model = Annotated[str, msgspec.Meta(min_length=1)]
 MAX_STOP_SEQUENCES: Final = 16
 _Stops = Annotated[list[str], msgspec.Meta(max_length=MAX_STOP_SEQUENCES)]
-
-# Content blocks that need tool calling in the core: refused by name until it is served.
-TOOL_BLOCKS: Final = frozenset({"tool_use", "tool_result", "server_tool_use"})
-TOOLS_NOT_SERVED: Final = "tool use is not served yet"
-
-
-class Block(msgspec.Struct):
-    """One content block; only ``{"type": "text", "text": ...}`` is served (its
-    `cache_control` is accepted: the engines' prefix cache needs no hint)."""
-
-    type: str
-    text: str | None = None
+_Bias = Annotated[float, msgspec.Meta(ge=-100.0, le=100.0)]
 
 
 class InputMessage(msgspec.Struct):
@@ -76,9 +69,9 @@ class _Prompt(msgspec.Struct, kw_only=True):
     model: _Model
     messages: Annotated[list[InputMessage], msgspec.Meta(min_length=1)]
     system: str | list[Block] | None = None
-    # Not served yet: refused by name when they ask for something (None or empty passes).
     tools: list[Any] | None = None
     tool_choice: dict[str, Any] | None = None
+    # Not served: refused by name when they ask for something (None or empty passes).
     thinking: dict[str, Any] | None = None
     mcp_servers: list[Any] | None = None
 
@@ -99,6 +92,8 @@ class MessagesRequest(_Prompt, kw_only=True):
     stream: bool | None = None
     output_config: OutputConfig | None = None
     container: Any = None
+    # An extension (Anthropic's API has none): the chat API's {"token id": bias}.
+    logit_bias: dict[str, _Bias] | None = None
     # Accepted, without effect on the output: cache_control (the engines' prefix cache needs
     # no hint), service_tier, speed, inference_geo, diagnostics, and any field not declared.
 
@@ -117,6 +112,15 @@ EXPECTED: Final[dict[str, str]] = {
     "messages[].content[]": _BLOCK,
     "messages[].content[].type": "must be a string",
     "messages[].content[].text": "must be a string",
+    "messages[].content[].id": "must be a string",
+    "messages[].content[].name": "must be a string",
+    "messages[].content[].input": "must be an object (the tool's input)",
+    "messages[].content[].tool_use_id": "must be a string",
+    "messages[].content[].content": "must be a string or an array of text blocks",
+    "messages[].content[].content[]": _BLOCK,
+    "messages[].content[].content[].type": "must be a string",
+    "messages[].content[].content[].text": "must be a string",
+    "messages[].content[].is_error": "must be a boolean",
     "system": "must be a string or an array of text blocks",
     "system[]": _BLOCK,
     "system[].type": "must be a string",
@@ -139,35 +143,15 @@ EXPECTED: Final[dict[str, str]] = {
     "tool_choice": 'must be an object like {"type": "auto"}',
     "thinking": 'must be an object like {"type": "disabled"}',
     "mcp_servers": "must be an array",
+    "logit_bias": "must be an object mapping token ids to numbers between -100 and 100",
 }
 
 
 def _check_unserved(req: _Prompt) -> None:
-    """The seam for tool use: these fields become GenerationRequest tools once the core
-    serves them; until then they are refused by name."""
-    if req.tools:
-        raise not_served("tools", TOOLS_NOT_SERVED)
-    if req.tool_choice is not None and req.tool_choice.get("type") != "none":
-        raise not_served("tool_choice", TOOLS_NOT_SERVED)
     if req.thinking is not None and req.thinking.get("type") != "disabled":
         raise not_served("thinking", "extended thinking is not served")
     if req.mcp_servers:
         raise not_served("mcp_servers", "MCP servers are not served")
-
-
-def _text_of(blocks: list[Block], field: str) -> str:
-    texts: list[str] = []
-    for j, block in enumerate(blocks):
-        param = f"{field}[{j}]"
-        if block.type in TOOL_BLOCKS:
-            raise not_served(f"{param}.type", f"{block.type} blocks: {TOOLS_NOT_SERVED}")
-        if block.type != "text":
-            raise bad(f"{param}.type", f"only 'text' blocks are supported, got {block.type!r}")
-        if block.text is None:
-            raise InvalidRequest(f"Missing required parameter: '{param}.text'.", f"{param}.text")
-        texts.append(block.text)
-    # Text blocks are joined with newlines, as the chat edge joins text parts.
-    return "\n".join(texts)
 
 
 def messages_of(req: _Prompt) -> tuple[Message, ...]:
@@ -175,12 +159,17 @@ def messages_of(req: _Prompt) -> tuple[Message, ...]:
     _check_unserved(req)
     out: list[Message] = []
     if req.system:
-        system = req.system if isinstance(req.system, str) else _text_of(req.system, "system")
+        system = req.system if isinstance(req.system, str) else text_of(req.system, "system")
         out.append(Message("system", system))
     for i, m in enumerate(req.messages):
         content = m.content
-        text = content if isinstance(content, str) else _text_of(content, f"messages[{i}].content")
-        out.append(Message(m.role, text))
+        field = f"messages[{i}].content"
+        if isinstance(content, str):
+            out.append(Message(m.role, content))
+        elif m.role == "assistant":
+            out.append(assistant_message(content, field))
+        else:
+            out.extend(user_messages(content, field))
     last = len(req.messages) - 1
     if req.messages[last].role == "assistant":
         # The engine's chat template always opens a new assistant turn: it cannot continue one.
@@ -195,6 +184,16 @@ def _stops(stops: list[str] | None) -> tuple[str, ...]:
         if not stop:
             raise bad(f"stop_sequences[{i}]", "stop sequences must not be empty")
     return tuple(stops)
+
+
+def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
+    """The chat API's {"token id": bias}; the keys must be token ids."""
+    if not bias:
+        return None
+    for key in bias:
+        if not key.isdigit() or int(key) > INT32_MAX:
+            raise bad("logit_bias", f"{key!r} is not a token id")
+    return {int(key): value for key, value in bias.items()}
 
 
 def _structured(req: MessagesRequest) -> Structured | None:
@@ -222,17 +221,20 @@ def decode_messages(body: bytes, request_id: str) -> GenerationRequest:
         top_k=req.top_k or 0,
         stop=_stops(req.stop_sequences),
         structured=_structured(req),
+        logit_bias=_logit_bias(req.logit_bias),
     )
-    return GenerationRequest(
+    out = GenerationRequest(
         request_id=request_id,
         model=req.model,
         sampling=sampling,
         messages=messages,
         stream=bool(req.stream),
     )
+    out.generation.tools = tools_of(req.tools, req.tool_choice)
+    return out
 
 
-def decode_count_tokens(body: bytes) -> tuple[str, tuple[Message, ...]]:
-    """The model and the conversation of a POST /v1/messages/count_tokens body."""
+def decode_count_tokens(body: bytes) -> tuple[str, tuple[Message, ...], Tools | None]:
+    """The model, the conversation and the tools of a POST /v1/messages/count_tokens body."""
     req = decode_json(_COUNT, body, EXPECTED)
-    return req.model, messages_of(req)
+    return req.model, messages_of(req), tools_of(req.tools, req.tool_choice)

@@ -1,6 +1,7 @@
 """POST /v1/messages: an Anthropic request through the same service entry point as chat
 completions (admission, priorities, routing, preemption, migration), its generation as the
-Message object or as Anthropic's SSE events."""
+Message object or as Anthropic's SSE events. A request with tools is answered from what its
+engine parsed (content and tool calls), as tool_use blocks."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import asyncio
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
+from shardgate.v1 import parsed
 
 from gateway.api.anthropic import encode
+from gateway.api.anthropic.blocks_stream import BlockStream
 from gateway.api.anthropic.errors import error_event
 from gateway.api.anthropic.protocol import decode_messages
+from gateway.api.anthropic.tools import tool_uses
 from gateway.api.body import read_body
 from gateway.api.openai.direct import DirectSink
 from gateway.api.openai.serving import (
@@ -83,19 +87,28 @@ class AnthropicServing:
         headers = response_headers(gen)
         tally = MessageTally()
         texts: list[str] = []
+        whole: parsed.Parsed | None = None  # the answer its engine parsed (given whole)
         while batch:
             for d in batch:
                 tally.add(d)
                 texts.append(d.text)
+                if d.parsed:
+                    whole = parsed.decode(d.parsed)
             batch = await gen.take()
         req = gen.request
+        text = "".join(texts)
+        uses = None
+        if req.generation.tools is not None and whole is not None:
+            text = whole.content or ""
+            uses = tool_uses(whole)
         body = encode.encode_message(
             req.request_id,
             req.served_model,
-            "".join(texts),
+            text,
             tally.finish,
             tally.stop_sequence,
             tally.usage(),
+            uses,
         )
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -111,19 +124,25 @@ class AnthropicServing:
         buf = bytearray()
         tally = MessageTally()
         enc = encode.EventEncoder(req.request_id, req.served_model)
+        blocks = None if req.generation.tools is None else BlockStream()
         try:
             while batch and not gen.began:
                 await resp.write(KEEPALIVE * len(batch))
                 batch = await gen.take()
             if not batch:  # (the stream ended before any output)
                 raise GatewayError("The generation ended without output.")
-            enc.start_into(buf, gen.prompt_tokens)
-            await self._relay(request, resp, gen, enc, batch, buf, tally)
+            enc.start_into(buf, gen.prompt_tokens, text_block=blocks is None)
+            await self._relay(request, resp, gen, enc, batch, buf, tally, blocks)
         except GatewayError as e:
             buf += error_event(e)
             await resp.write_eof(bytes(buf))
             return resp
-        enc.finish_into(buf, tally.finish, tally.stop_sequence, tally.usage().completion_tokens)
+        used = False
+        if blocks is not None:
+            blocks.close_into(buf)
+            used = blocks.tool_used
+        output_tokens = tally.usage().completion_tokens
+        enc.finish_into(buf, tally.finish, tally.stop_sequence, output_tokens, blocks is None, used)
         await resp.write_eof(bytes(buf))  # one send() with the chunked terminator
         return resp
 
@@ -136,12 +155,14 @@ class AnthropicServing:
         batch: list[Delta],
         buf: bytearray,
         tally: MessageTally,
+        blocks: BlockStream | None,
     ) -> None:
         """Write the text deltas as they come: straight from the link reader while the client
-        keeps up (the chat edge's direct sink), here (awaiting the socket) when it does not."""
+        keeps up (the chat edge's direct sink), here (awaiting the socket) when it does not.
+        An answer with tools: its parsed pieces as `blocks` has them, all written here."""
         transport = request.transport
         sink = None
-        if self.settings.direct_writes and transport is not None:
+        if self.settings.direct_writes and transport is not None and blocks is None:
             chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
             sink = DirectSink(transport, chunked, enc, tally)
         out = gen.out
@@ -151,7 +172,11 @@ class AnthropicServing:
                 if sink is not None:
                     sink.flush()  # frames it buffered go out before anything written here
                 for d in batch:
-                    if d.text:
+                    if blocks is not None and (d.parsed or d.text):
+                        # (an engine that does not parse: its text is the answer's)
+                        p = parsed.decode(d.parsed) if d.parsed else parsed.Parsed(content=d.text)
+                        blocks.add_into(buf, p)
+                    elif d.text:
                         enc.token_chunk_into(buf, d.text)
                     elif not (d.finish or d.prompt_tokens or d.token_ids):
                         buf += KEEPALIVE  # preempted, waiting to resume

@@ -110,14 +110,16 @@ TOOL_RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "42"}
          "messages[0].content[0].type", "'image'"),
         ({"messages": [{"role": "user", "content": [{"type": "text"}]}]},
          "messages[0].content[0].text", "Missing"),
-        ({"messages": [USER, {"role": "assistant", "content": [TOOL_USE]}, USER]},
-         "messages[1].content[0].type", "tool use"),
-        ({"messages": [{"role": "user", "content": [TOOL_RESULT]}]},
-         "messages[0].content[0].type", "tool use"),
+        ({"messages": [{"role": "user", "content": [TOOL_USE]}]},
+         "messages[0].content[0].type", "assistant message"),
+        ({"messages": [USER, {"role": "assistant", "content": [TOOL_RESULT]}, USER]},
+         "messages[1].content[0].type", "user message"),
+        ({"messages": [{"role": "user", "content": [{**TOOL_USE, "type": "server_tool_use"}]}]},
+         "messages[0].content[0].type", "server tools"),
         ({"system": 3}, "system", "string"),
         ({"system": [{"type": "image"}]}, "system[0].type", "'image'"),
-        ({"tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "tools", "tool use"),
-        ({"tool_choice": {"type": "auto"}}, "tool_choice", "tool use"),
+        ({"tools": [{"name": "f"}]}, "tools[0].input_schema", "JSON schema"),
+        ({"tool_choice": {"type": "auto"}}, "tool_choice", "`tools` must be set"),
         ({"tool_choice": "auto"}, "tool_choice", "object"),
         ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking", "thinking"),
         ({"mcp_servers": [{}]}, "mcp_servers", "MCP"),
@@ -148,11 +150,16 @@ def test_what_is_not_a_json_object_is_400(raw: bytes) -> None:
 
 def test_count_tokens_takes_the_conversation_without_max_tokens() -> None:
     raw = json.dumps({"model": "m", "system": "s", "messages": [USER]}).encode()
-    assert decode_count_tokens(raw) == ("m", (Message("system", "s"), Message("user", "hi")))
+    messages = (Message("system", "s"), Message("user", "hi"))
+    assert decode_count_tokens(raw) == ("m", messages, None)
     tools = json.dumps({"model": "m", "messages": [USER], "tools": [{"name": "f"}]}).encode()
     with pytest.raises(InvalidRequest) as e:
         decode_count_tokens(tools)
-    assert e.value.param == "tools"
+    assert e.value.param == "tools[0].input_schema"
+    tool = {"name": "f", "input_schema": {"type": "object"}}
+    raw = json.dumps({"model": "m", "messages": [USER], "tools": [tool]}).encode()
+    got = decode_count_tokens(raw)[2]
+    assert got is not None and json.loads(got.tools)[0]["function"]["name"] == "f"
 
 
 @pytest.mark.parametrize(

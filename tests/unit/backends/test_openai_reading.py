@@ -30,6 +30,18 @@ from engine_sidecar.backends.openai.load import ServerLoad, parse_metrics
             b'{"choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"length"}]}',
             Chunk(text="b", finish_reason="length"),
         ),
+        (  # vLLM's stop_reason: the stop string that ended it
+            b'{"choices":[{"index":0,"text":"","finish_reason":"stop","stop_reason":"END"}]}',
+            Chunk(text="", finish_reason="stop", stop_sequence="END"),
+        ),
+        (  # a stop token's id, or the end of text: no stop string
+            b'{"choices":[{"index":0,"text":"","finish_reason":"stop","stop_reason":2}]}',
+            Chunk(text="", finish_reason="stop"),
+        ),
+        (
+            b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop","stop_reason":null}]}',
+            Chunk(text="", finish_reason="stop"),
+        ),
         (
             b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,'
             b'"prompt_tokens_details":{"cached_tokens":2}}}',

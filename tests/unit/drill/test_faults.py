@@ -18,9 +18,12 @@ SIDECARS = [
 
 
 class FakeControls:
-    def __init__(self, signal_ok: set[str], restart_ok: set[str]) -> None:
+    def __init__(
+        self, signal_ok: set[str], restart_ok: set[str], engine_ok: frozenset[str] = frozenset()
+    ) -> None:
         self.signal_ok = signal_ok
         self.restart_ok = restart_ok
+        self.engine_ok = engine_ok
 
     def can_signal(self, name: str) -> bool:
         return name in self.signal_ok
@@ -36,6 +39,12 @@ class FakeControls:
 
     def restart(self, name: str) -> None:
         raise AssertionError("planning starts nothing")
+
+    def can_kill_engine(self, name: str) -> bool:
+        return name in self.engine_ok
+
+    def kill_engine(self, name: str) -> None:
+        raise AssertionError("planning kills nothing")
 
     def release(self) -> None:
         pass
@@ -66,7 +75,24 @@ def test_standalone_faults_take_the_standalone_sidecars_in_turn() -> None:
         (Kind.STALL, "sim-a"),
         (Kind.RANK_KILL, "tp-1"),
     ]
+    assert skipped == [
+        "engine-kill: no standalone openai-backend sidecar that runs its engine server "
+        "(openai.command)"
+    ]
+
+
+def test_engine_kill_takes_a_sidecar_whose_engine_server_it_can_kill() -> None:
+    names = {s.name for s in SIDECARS}
+    controls = FakeControls(names, names, frozenset({"sim-b", "tp-0"}))
+    faults, skipped = plan([Kind.ENGINE_KILL, Kind.ENGINE_KILL], SIDECARS, controls)
+    # Standalone ones only (a shard group's engine is not one server), in turn.
+    assert [(f.kind, f.target.name) for f in faults] == [
+        (Kind.ENGINE_KILL, "sim-b"),
+        (Kind.ENGINE_KILL, "sim-b"),
+    ]
     assert skipped == []
+    # Attached: never (nothing known would start the server again).
+    assert plan([Kind.ENGINE_KILL], SIDECARS, ATTACHED)[0] == []
 
 
 def test_rank_kill_takes_a_non_zero_rank_never_rank_0() -> None:
@@ -83,7 +109,7 @@ def test_attached_drills_skip_what_needs_a_restart() -> None:
         (Kind.SLOW, "sim-b"),
         (Kind.STALL, "sim-a"),
     ]
-    assert [s.split(":")[0] for s in skipped] == ["kill", "rank-kill"]
+    assert [s.split(":")[0] for s in skipped] == ["kill", "rank-kill", "engine-kill"]
 
 
 def test_stop_needs_a_process_to_signal() -> None:
@@ -95,4 +121,4 @@ def test_stop_needs_a_process_to_signal() -> None:
 def test_a_cluster_of_one_group_only_has_rank_faults() -> None:
     faults, skipped = plan(list(ALL), SIDECARS[2:], LOCAL)
     assert [f.kind for f in faults] == [Kind.RANK_KILL]
-    assert len(skipped) == 5
+    assert len(skipped) == 6
