@@ -63,7 +63,7 @@ class ResponseState:
         background: bool = False,
         store: bool = True,
         instructions: str | None = None,
-        metadata: dict[str, str] | None = None,
+        metadata: dict[str, Any] | None = None,
         previous_response_id: str | None = None,
         max_output_tokens: int = 0,
         temperature: float = 1.0,
@@ -171,7 +171,7 @@ class ResponseState:
 def _usage(usage: Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.total_tokens,

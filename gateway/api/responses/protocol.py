@@ -64,7 +64,7 @@ class InputItem(msgspec.Struct, kw_only=True):
     content: str | list[Part] | None = None
 
 
-class TextFormat(msgspec.Struct, kw_only=True):
+class TextFormat(msgspec.Struct, kw_only=True, omit_defaults=True):
     type: str
     schema: dict[str, Any] | None = None
     name: str | None = None  # accepted, without effect
@@ -87,7 +87,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     background: bool | None = None
     store: bool | None = None
     previous_response_id: _Id | None = None
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, Any] | None = None
     text: TextConfig | None = None
     priority: _Int32 | None = None  # vLLM extension
     # Checked by the chat API's decoder (gateway/api/openai/protocol.py sampling_of).
@@ -204,6 +204,8 @@ def _check_unserved(req: ResponsesRequest) -> None:
         raise not_served("truncation", "prompts are not truncated")
     if req.structured_outputs is not None:
         raise not_served("structured_outputs", "use text.format")
+    if req.metadata and not all(isinstance(v, str) for v in req.metadata.values()):
+        raise bad("metadata", EXPECTED["metadata"])
     if req.background and req.store is False:
         raise bad("background", "background can only be used when `store` is true")
 
