@@ -22,6 +22,7 @@ gateway: {default_max_tokens: 16, request_timeout_s: 8}
 tenants:
   - {name: team, keys: [sk-team]}
   - {name: other, keys: [sk-other]}
+  - {name: free, keys: [sk-free], requests_per_s: 0.001, requests_burst: 1}
 models: [sim-llama, sim-slow]
 """
 LONG: dict[str, Any] = {"ignore_eos": True}
@@ -201,6 +202,22 @@ def test_another_tenant_gets_404(cluster: Cluster, client: openai.OpenAI) -> Non
             create(other, previous_response_id=r.id)
 
 
+def test_admission_is_chat_completions_own(cluster: Cluster) -> None:
+    """The tenant's buckets count responses as chat requests: a background one is refused at
+    once, as a 429 with its retry-after, never accepted and failed later."""
+    with client_of(cluster, "sk-free") as free:
+        assert create(free, max_output_tokens=2).status == "incomplete"
+        with pytest.raises(openai.RateLimitError) as err:
+            create(free, max_output_tokens=2, background=True)
+        assert err.value.response.headers["retry-after"]
+        with pytest.raises(openai.RateLimitError):
+            free.chat.completions.create(
+                model="sim-llama", messages=[{"role": "user", "content": "hi"}]
+            )
+    with client_of(cluster, "sk-nobody") as nobody, pytest.raises(openai.AuthenticationError):
+        create(nobody)
+
+
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
@@ -236,3 +253,34 @@ def test_resume_from_events_of_a_response_that_is_not_background(client: openai.
     assert err.value.body["param"] == "stream"  # type: ignore[index]
     with pytest.raises(openai.BadRequestError):
         client.responses.cancel(r.id)
+
+
+@pytest.fixture
+def small() -> Iterator[Cluster]:
+    """A gateway whose store holds one response."""
+    c = Cluster(
+        "gateway: {responses: {max_responses: 1}}\n",
+        [{"sim": SimConfig(model="sim-llama", faults=SimFaults(slow_token_s=0.02))}],
+    )
+    c.start()
+    yield c
+    c.stop()
+
+
+def test_a_full_store_refuses_background_and_keeps_no_more(small: Cluster) -> None:
+    with client_of(small, "none") as client:
+        a = create(client, max_output_tokens=3000, background=True, extra_body=LONG)
+        with pytest.raises(openai.InternalServerError) as err:
+            create(client, max_output_tokens=4, background=True)
+        assert err.value.status_code == 503 and "store is full" in err.value.message
+        raw = client.responses.with_raw_response.create(
+            model="sim-llama", input="hi", max_output_tokens=4
+        )
+        assert raw.headers["x-shardgate-stored"] == "false"
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(raw.parse().id)
+        client.responses.cancel(a.id)  # finished now: the next one may evict it
+        b = create(client, max_output_tokens=4, background=True)
+        assert client.responses.retrieve(b.id).id == b.id
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(a.id)
