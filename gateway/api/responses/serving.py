@@ -11,6 +11,7 @@ it, drop and come back with `starting_after`.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Final
 
 from aiohttp import web
@@ -28,9 +29,11 @@ from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.tasks import stop, stop_all
-from gateway.types import InvalidRequest, Message, ModelNotFound, Unavailable
+from gateway.types import GatewayError, InvalidRequest, Message, ModelNotFound, Unavailable
 
 __all__ = ["Entry", "ResponsesServing"]
+
+logger = logging.getLogger(__name__)
 
 _JSON: Final = "application/json"
 
@@ -89,20 +92,7 @@ class ResponsesServing:
             req.priority = parse_priority(asked)
         req.session_id = request.headers.get("x-session-id", "")[:128]
         gen = await self._service.submit(req, bearer_key(request.headers.get("Authorization")))
-        b = decoded.body
-        state = ResponseState(
-            "resp_" + new_request_id(),
-            req.served_model,
-            background=decoded.background,
-            store=decoded.store,
-            instructions=b.instructions,
-            metadata=b.metadata,
-            previous_response_id=b.previous_response_id,
-            max_output_tokens=decoded.sampling.max_tokens,
-            temperature=decoded.sampling.temperature,
-            top_p=decoded.sampling.top_p,
-            text=decoded.text,
-        )
+        state = _state_of(decoded, req.served_model)
         entry = Entry(state, prior + decoded.messages)
         if decoded.background:
             return await self._background(request, gen, entry, tenant, decoded.stream)
@@ -112,26 +102,32 @@ class ResponsesServing:
             stored = Stored(state.id, tenant, entry, None, reserve)
             if not self.store.add(stored):
                 stored = None  # answered, not kept: the store is full of running ones
-        deadline = asyncio.get_running_loop().time() + s.request_timeout_s
-        gen.arm(deadline, s.first_token_timeout_s)
         try:
-            if decoded.stream:
-                stored_header = (
-                    {"x-shardgate-stored": "false"} if decoded.store and not stored else {}
-                )
-                return await self._stream(request, gen, state, stored_header)
-            error = await drive(gen, state, None, _no_flush)
-            if error is not None:
-                raise error
-            headers = job_headers(gen)
-            if decoded.store and stored is None:
-                headers["x-shardgate-stored"] = "false"
-            return web.Response(body=encode_response(state), content_type=_JSON, headers=headers)
+            unkept = decoded.store and stored is None
+            return await self._foreground(request, gen, state, decoded.stream, unkept)
         finally:
             gen.close()
             state.cancel()  # (the client left before its end)
             if stored is not None:
                 self._finish(stored)
+
+    async def _foreground(
+        self, request: web.Request, gen: Job, state: ResponseState, stream: bool, unkept: bool
+    ) -> web.StreamResponse:
+        """Answered to the client that asked, whole or streamed (`unkept`: it asked for
+        `store` and the store is full)."""
+        s = self.settings
+        deadline = asyncio.get_running_loop().time() + s.request_timeout_s
+        gen.arm(deadline, s.first_token_timeout_s)
+        headers = job_headers(gen)
+        if unkept:
+            headers["x-shardgate-stored"] = "false"
+        if stream:
+            return await self._stream(request, gen, state, headers)
+        error = await drive(gen, state, None, _no_flush)
+        if error is not None:
+            raise error
+        return web.Response(body=encode_response(state), content_type=_JSON, headers=headers)
 
     def _prior(self, decoded: Decoded, tenant: str) -> tuple[Message, ...]:
         """The conversation of the previous response named (its input, then its output)."""
@@ -158,10 +154,11 @@ class ResponsesServing:
             entry.conversation += (Message("assistant", entry.state.output_text),)
         self.store.finish(stored, entry.size())
 
+    @staticmethod
     async def _stream(
-        self, request: web.Request, gen: Job, state: ResponseState, extra: dict[str, str]
+        request: web.Request, gen: Job, state: ResponseState, headers: dict[str, str]
     ) -> web.StreamResponse:
-        resp = SSEResponse(headers={**SSE_HEADERS, **job_headers(gen), **extra})
+        resp = SSEResponse(headers={**SSE_HEADERS, **headers})
         await resp.prepare(request)
         events = Events(state)
         events.start()
@@ -213,6 +210,9 @@ class ResponsesServing:
             deadline = asyncio.get_running_loop().time() + s.request_timeout_s
             gen.arm(deadline, s.first_token_timeout_s)
             await drive(gen, state, events, flush)
+        except Exception:  # (a bug: this response fails, nothing else does)
+            logger.exception("background response %s failed", stored.id)
+            state.fail(GatewayError("Internal error."), None)
         finally:
             gen.close()
             state.cancel()  # (cancelled, or cut past its deadline)
@@ -284,6 +284,23 @@ class ResponsesServing:
         entry.state.cancel()
         await stop(entry.task)
         return web.Response(body=encode_response(entry.state), content_type=_JSON)
+
+
+def _state_of(decoded: Decoded, model: str) -> ResponseState:
+    b = decoded.body
+    return ResponseState(
+        "resp_" + new_request_id(),
+        model,
+        background=decoded.background,
+        store=decoded.store,
+        instructions=b.instructions,
+        metadata=b.metadata,
+        previous_response_id=b.previous_response_id,
+        max_output_tokens=decoded.sampling.max_tokens,
+        temperature=decoded.sampling.temperature,
+        top_p=decoded.sampling.top_p,
+        text=decoded.text,
+    )
 
 
 async def _no_flush(batch: list[tuple[int, bytes]], keepalives: int) -> None:
