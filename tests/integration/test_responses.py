@@ -225,7 +225,7 @@ def test_admission_is_chat_completions_own(cluster: Cluster) -> None:
         ({"background": True, "store": False}, "background"),
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role"),
         (
-            {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]},
+            {"input": [{"type": "web_search_call", "id": "ws"}]},
             "input[0].type",
         ),
         ({"temperature": 3}, "temperature"),

@@ -5,6 +5,8 @@ a retrieve, the events). A stream is, each event numbered by `sequence_number` f
 response.created, response.in_progress, response.output_item.added (one assistant message),
 response.content_part.added (one output_text part), response.output_text.delta per engine
 delta, response.output_text.done, response.content_part.done, response.output_item.done, and
+then per function call the model made (tools) output_item.added, one
+response.function_call_arguments.delta with its arguments, .done and output_item.done; and
 response.completed (its status "incomplete" when max_output_tokens ended it, as vLLM says it);
 or response.failed when the generation failed. Each is an `event:` line and a `data:` line.
 """
@@ -15,6 +17,7 @@ import time
 from typing import Any, Final, Literal
 
 import msgspec
+from shardgate.v1.parsed import Parsed, ToolCallDelta
 
 from gateway.types import Finish, GatewayError, Usage
 
@@ -36,6 +39,7 @@ class ResponseState:
 
     __slots__ = (
         "background",
+        "calls",
         "completed_at",
         "created_at",
         "error",
@@ -51,6 +55,8 @@ class ResponseState:
         "temperature",
         "text",
         "texts",
+        "tool_choice",
+        "tools",
         "top_p",
         "usage",
     )
@@ -69,6 +75,8 @@ class ResponseState:
         temperature: float = 1.0,
         top_p: float = 1.0,
         text: dict[str, Any] | None = None,
+        tools: list[Any] | None = None,
+        tool_choice: Any = None,
     ) -> None:
         self.id = id
         self.message_id = "msg_" + id.removeprefix("resp_")
@@ -82,6 +90,9 @@ class ResponseState:
         self.temperature = temperature
         self.top_p = top_p
         self.text = text or {"format": {"type": "text"}}
+        self.tools = tools or []
+        self.tool_choice = tool_choice or ("auto" if tools else "none")
+        self.calls: dict[int, list[str]] = {}  # index -> [call id, name, arguments]
         self.created_at = int(time.time())
         self.completed_at: int | None = None
         self.status: Status = "queued" if background else "in_progress"
@@ -92,6 +103,32 @@ class ResponseState:
     @property
     def output_text(self) -> str:
         return "".join(self.texts)
+
+    def add_call(self, c: ToolCallDelta) -> None:
+        """A piece of the function call at `c.index`: its id and name first, then arguments."""
+        call = self.calls.setdefault(c.index, [c.id or f"call_{c.index}", c.name or "", ""])
+        if c.name and not call[1]:
+            call[1] = c.name
+        if c.arguments:
+            call[2] += c.arguments
+
+    def whole(self, p: Parsed) -> None:
+        """The whole answer as its engine parsed it, instead of what was said so far."""
+        self.texts = [p.content] if p.content else []
+        self.calls = {}
+        for c in p.tool_calls:
+            self.add_call(c)
+
+    def call_item(self, index: int, done: bool) -> dict[str, Any]:
+        call_id, name, arguments = self.calls[index]
+        return {
+            "id": f"fc_{self.id.removeprefix('resp_')}_{index}",
+            "type": "function_call",
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments if done else "",
+            "status": "completed" if done else "in_progress",
+        }
 
     @property
     def final(self) -> bool:
@@ -135,8 +172,10 @@ class ResponseState:
     def body(self, with_output: bool = True) -> dict[str, Any]:
         """The Response object."""
         out: list[dict[str, Any]] = []
-        if with_output and (self.texts or self.final):
-            out.append(self.item(done=self.final))
+        if with_output:
+            if self.texts or (self.final and not self.calls):
+                out.append(self.item(done=self.final))
+            out += [self.call_item(i, self.final) for i in sorted(self.calls)]
         usage = self.usage
         return {
             "id": self.id,
@@ -159,8 +198,8 @@ class ResponseState:
             "temperature": self.temperature,
             "top_p": self.top_p,
             "text": self.text,
-            "tools": [],
-            "tool_choice": "none",
+            "tools": self.tools,
+            "tool_choice": self.tool_choice,
             "parallel_tool_calls": True,
             "truncation": "disabled",
             "service_tier": "auto",
@@ -185,10 +224,11 @@ def encode_response(state: ResponseState) -> bytes:
 class Events:
     """Renders one response's streaming events, numbered from `seq` (0 for a new stream)."""
 
-    __slots__ = ("pending", "seq", "state")
+    __slots__ = ("message", "pending", "seq", "state")
 
     def __init__(self, state: ResponseState) -> None:
         self.state = state
+        self.message = False  # the assistant message's item was opened
         self.seq = 0
         self.pending: list[tuple[int, bytes]] = []  # (sequence number, the event's bytes)
 
@@ -211,6 +251,7 @@ class Events:
 
     def open(self) -> None:
         """The assistant message and its text part begin."""
+        self.message = True
         self._add("response.output_item.added", {"output_index": 0, "item": self.state.item(False)})
         part = {"type": "output_text", "text": "", "annotations": []}
         self._add("response.content_part.added", self._at() | {"part": part})
@@ -229,6 +270,20 @@ class Events:
         )
         self._add("response.content_part.done", self._at() | {"part": s.part()})
         self._add("response.output_item.done", {"output_index": 0, "item": s.item(True)})
+
+    def calls(self) -> None:
+        """Each function call, whole (after the message, if there is one)."""
+        s = self.state
+        for k, index in enumerate(sorted(s.calls), start=int(self.message)):
+            item = s.call_item(index, done=True)
+            at = {"item_id": item["id"], "output_index": k}
+            self._add(
+                "response.output_item.added", {"output_index": k, "item": s.call_item(index, False)}
+            )
+            self._add("response.function_call_arguments.delta", at | {"delta": item["arguments"]})
+            done = {"arguments": item["arguments"], "name": item["name"]}
+            self._add("response.function_call_arguments.done", at | done)
+            self._add("response.output_item.done", {"output_index": k, "item": item})
 
     def end(self) -> None:
         """The last event: response.completed, or response.failed."""

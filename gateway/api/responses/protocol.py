@@ -6,9 +6,11 @@ body). `input` is a string or a list of message items (roles user, assistant, sy
 developer; content a string or input_text / output_text parts); `instructions` becomes a system
 message first. Sampling fields are checked as the chat API checks them (the same bounds and
 errors); `text.format` (json_schema, json_object) is the core's structured outputs. Known
-fields that ask for what is not served here (tools, function call items, images, logprobs,
+fields that ask for what is not served here (tools other than functions, images, logprobs,
 reasoning, prompt templates, conversations, truncation) are refused with a 400 naming the
-field; unknown fields are ignored, as vLLM does.
+field; unknown fields are ignored, as vLLM does. Function `tools` and `tool_choice` are the
+core's tools (the engine's parser makes the calls); function_call and function_call_output
+input items are the conversation's calls and their results.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
-from shardgate.v1.params import Structured
+from shardgate.v1.params import Structured, Tools
 
 from gateway.api.openai.protocol import sampling_of
 from gateway.api.openai.validation import INT32_MAX, bad, decode_json, not_served
+from gateway.api.responses.tools import function_call, function_output, tools_of
 from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
 
 __all__ = ["Decoded", "ResponsesRequest", "decode_responses", "generation_request"]
@@ -47,7 +50,6 @@ SAMPLING_FIELDS: Final = (
     "skip_special_tokens",
     "min_tokens",
 )
-TOOLS_NOT_SERVED: Final = "tool calls are served by the chat completions API"
 _TEXT_PARTS: Final = frozenset({"input_text", "output_text"})
 
 
@@ -57,11 +59,16 @@ class Part(msgspec.Struct):
 
 
 class InputItem(msgspec.Struct, kw_only=True):
-    """One item of `input`: a message (its `type` may be left out)."""
+    """One item of `input`: a message (its `type` may be left out), a function call the
+    assistant made, or its output."""
 
     type: str = "message"
     role: Literal["user", "assistant", "system", "developer"] | None = None
     content: str | list[Part] | None = None
+    call_id: str | None = None  # a function_call's and a function_call_output's
+    name: str | None = None  # a function_call's
+    arguments: str | None = None
+    output: str | None = None  # a function_call_output's
 
 
 class TextFormat(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -106,9 +113,10 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     include_stop_str_in_output: Any = None
     skip_special_tokens: Any = None
     min_tokens: Any = None
-    # Not served here: refused by name when they ask for something (None or empty passes).
     tools: list[Any] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    # Not served here: refused by name when they ask for something (None or empty passes).
     include: list[str] | None = None
     top_logprobs: int | None = None
     reasoning: dict[str, Any] | None = None
@@ -116,15 +124,14 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     conversation: Any = None
     truncation: str | None = None
     structured_outputs: Any = None
-    # Accepted, without effect on the output: user, service_tier, parallel_tool_calls,
-    # max_tool_calls, safety_identifier, prompt_cache_key, stream_options, and any field not
-    # declared here.
+    # Accepted, without effect on the output: user, service_tier, max_tool_calls,
+    # safety_identifier, prompt_cache_key, stream_options, and any field not declared here.
 
 
 class Decoded:
     """A validated request: what the engine gets, and what the Response object echoes."""
 
-    __slots__ = ("body", "messages", "sampling", "text")
+    __slots__ = ("body", "messages", "sampling", "text", "tools")
 
     def __init__(
         self,
@@ -132,8 +139,10 @@ class Decoded:
         messages: tuple[Message, ...],
         sampling: Sampling,
         text: dict[str, Any],
+        tools: Tools | None = None,
     ) -> None:
         self.body = body
+        self.tools = tools
         self.messages = messages  # this turn's input (without the instructions)
         self.sampling = sampling
         self.text = text  # the Response object's `text`
@@ -165,6 +174,11 @@ EXPECTED: Final[dict[str, str]] = {
     "input[].content[]": _PART,
     "input[].content[].type": "must be a string",
     "input[].content[].text": "must be a string",
+    "input[].call_id": "must be a string",
+    "input[].name": "must be a string",
+    "input[].arguments": "must be a string (JSON text)",
+    "input[].output": "must be a string",
+    "parallel_tool_calls": "must be a boolean",
     "instructions": "must be a string",
     "max_output_tokens": f"must be an integer greater than 0 (at most {INT32_MAX})",
     "stream": "must be a boolean",
@@ -186,10 +200,6 @@ EXPECTED: Final[dict[str, str]] = {
 
 
 def _check_unserved(req: ResponsesRequest) -> None:
-    if req.tools:
-        raise not_served("tools", TOOLS_NOT_SERVED)
-    if req.tool_choice is not None and req.tool_choice not in ("none", "auto"):
-        raise not_served("tool_choice", TOOLS_NOT_SERVED)
     if req.include:
         raise not_served("include", f"{req.include[0]!r} is not served")
     if req.top_logprobs:
@@ -233,8 +243,12 @@ def messages_of(req: ResponsesRequest) -> tuple[Message, ...]:
     out: list[Message] = []
     for i, item in enumerate(req.input):
         field = f"input[{i}]"
-        if item.type in ("function_call", "function_call_output"):
-            raise not_served(f"{field}.type", f"{item.type} items: {TOOLS_NOT_SERVED}")
+        if item.type == "function_call":
+            function_call(out, field, item.call_id, item.name, item.arguments)
+            continue
+        if item.type == "function_call_output":
+            out.append(function_output(field, item.call_id, item.output))
+            continue
         if item.type != "message":
             raise not_served(f"{field}.type", f"{item.type!r} items are not served")
         if item.role is None:
@@ -247,6 +261,8 @@ def messages_of(req: ResponsesRequest) -> tuple[Message, ...]:
         text = content if isinstance(content, str) else _text_of(content, f"{field}.content")
         # Chat templates rarely know the "developer" role; it means "system" there.
         out.append(Message("system" if item.role == "developer" else item.role, text))
+    if req.input[-1].type == "function_call":
+        raise bad(f"input[{len(req.input) - 1}]", "a function call needs its output after it")
     if req.input[-1].role == "assistant":
         # The engine's chat template opens a new assistant turn: it cannot continue one.
         raise not_served(f"input[{len(req.input) - 1}].role", "a final assistant message")
@@ -281,7 +297,8 @@ def decode_responses(body: bytes, default_max_tokens: int) -> Decoded:
     structured, text = _format(req)
     if structured is not None:
         sampling = msgspec.structs.replace(sampling, structured=structured)
-    return Decoded(req, messages, sampling, text)
+    tools = tools_of(req.tools, req.tool_choice, req.parallel_tool_calls)
+    return Decoded(req, messages, sampling, text, tools)
 
 
 def generation_request(
@@ -292,7 +309,7 @@ def generation_request(
     the edge follows it delta by delta, whichever way the client asked."""
     body = decoded.body
     system = (Message("system", body.instructions),) if body.instructions else ()
-    return GenerationRequest(
+    out = GenerationRequest(
         request_id=request_id,
         model=body.model,
         sampling=decoded.sampling,
@@ -300,3 +317,8 @@ def generation_request(
         stream=True,
         priority=body.priority,
     )
+    out.generation.tools = decoded.tools
+    # An answer given whole is parsed whole, as chat's is (a tool parser's arguments as it
+    # writes them whole); one that streams (background ones too) is parsed as it comes.
+    out.generation.parse_whole = not (decoded.stream or decoded.background)
+    return out

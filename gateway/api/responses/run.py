@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from shardgate.v1 import parsed
+
 from gateway.api.openai.sse import Tally
 from gateway.api.responses.encode import Events, ResponseState
 from gateway.runtime.job import Job
@@ -24,7 +26,7 @@ async def drive(
     state as failed (and the stream with response.failed) and is returned; the caller's
     cancellation propagates, leaving the state as it was."""
     tally = Tally()
-    opened = False
+    whole = gen.request.generation.parse_whole  # (not streamed: no events)
     error: GatewayError | None = None
     try:
         batch = await gen.take()
@@ -36,13 +38,21 @@ async def drive(
                     keepalives += 1
                     continue
                 state.status = "in_progress"
-                if events is not None and not opened:
-                    events.open()
-                    opened = True
-                if d.text:
+                text = d.text
+                if d.parsed and whole:  # the whole answer, parsed: instead of the raw text
+                    state.whole(parsed.decode(d.parsed))
+                    continue
+                if d.parsed:  # what this step added to the parsed answer
+                    p = parsed.decode(d.parsed)
+                    text = p.content or ""
+                    for c in p.tool_calls:
+                        state.add_call(c)
+                if text:
                     if events is not None:
-                        events.delta(d.text)
-                    state.texts.append(d.text)
+                        if not events.message:
+                            events.open()
+                        events.delta(text)
+                    state.texts.append(text)
             await flush(events.take() if events is not None else [], keepalives)
             batch = await gen.take()
         state.finish(tally.finish, tally.usage())
@@ -51,9 +61,11 @@ async def drive(
         state.fail(e, tally.usage())
     if events is not None:
         if error is None:
-            if not opened:
-                events.open()
-            events.close()
+            if not events.message and not state.calls:
+                events.open()  # (an empty answer: one empty message)
+            if events.message:
+                events.close()
+            events.calls()
         events.end()
         await flush(events.take(), 0)
     return error

@@ -300,6 +300,8 @@ def _state_of(decoded: Decoded, model: str) -> ResponseState:
         temperature=decoded.sampling.temperature,
         top_p=decoded.sampling.top_p,
         text=decoded.text,
+        tools=b.tools,
+        tool_choice=b.tool_choice,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pydantic
 from openai.types.responses import Response, ResponseStreamEvent
+from shardgate.v1.parsed import ToolCallDelta
 
 from gateway.api.responses.encode import Events, ResponseState, encode_response
 from gateway.types import Finish, GatewayTimeout, Usage
@@ -120,3 +121,51 @@ def test_a_failed_stream_ends_with_response_failed() -> None:
     events = events_of(ev)
     assert events[-1].type == "response.failed" and events[-1].sequence_number == 2
     assert events[-1].response.error.message == "late"
+
+
+def test_function_calls_are_output_items_after_the_message() -> None:
+    tools = [{"type": "function", "name": "f", "parameters": {}}]
+    s = state(tools=tools)
+    ev = Events(s)
+    ev.start()
+    ev.open()
+    ev.delta("Checking.")
+    s.texts.append("Checking.")
+    s.add_call(ToolCallDelta(index=0, id="call-1", name="f", arguments='{"a"'))
+    s.add_call(ToolCallDelta(index=0, arguments=": 1}"))
+    s.add_call(ToolCallDelta(index=1, id="call-2", name="g", arguments="{}"))
+    s.finish(Finish.STOP, Usage(3, 9))
+    ev.close()
+    ev.calls()
+    ev.end()
+    events = events_of(ev)
+    kinds = [e.type for e in events[8:]]
+    per_call = [
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+    ]
+    assert kinds == [*per_call, *per_call, "response.completed"]
+    assert [e.output_index for e in events[8:16]] == [1] * 4 + [2] * 4
+    assert events[10].arguments == '{"a": 1}' and events[10].name == "f"
+    r = events[-1].response
+    assert r.tools[0].name == "f" and r.tool_choice == "auto"
+    message, first, second = r.output
+    assert message.type == "message" and r.output_text == "Checking."
+    assert first.type == "function_call" and second.type == "function_call"
+    assert (first.call_id, first.name, first.arguments) == ("call-1", "f", '{"a": 1}')
+    assert (second.call_id, second.name, second.arguments) == ("call-2", "g", "{}")
+    assert parse(encode_response(s)).output == r.output
+
+
+def test_calls_without_text_have_no_message() -> None:
+    s = state()
+    ev = Events(s)
+    s.add_call(ToolCallDelta(index=0, id="c", name="f", arguments="{}"))
+    s.finish(Finish.STOP, Usage(1, 1))
+    ev.calls()
+    events = events_of(ev)
+    assert events[0].output_index == 0
+    [call] = parse(encode_response(s)).output
+    assert call.type == "function_call"

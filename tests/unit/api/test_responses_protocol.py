@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from shardgate.v1.params import Structured
+from shardgate.v1.params import Structured, ToolCall
 
 from gateway.api.responses.protocol import decode_responses, generation_request
 from gateway.types import InvalidRequest, Message
@@ -102,8 +102,26 @@ def test_text_format_is_structured_output(fmt: dict[str, Any], structured: Struc
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"tools": [{"type": "function", "name": "f"}]}, "tools"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "function"}]}, "tools[0].name"),
         ({"tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                "tools": [{"type": "function", "name": "f"}],
+                "tool_choice": {"type": "function", "name": "g"},
+            },
+            "tool_choice",
+        ),
+        ({"tool_choice": {"type": "mcp"}}, "tool_choice"),
+        (
+            {"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]},
+            "input[0].name",
+        ),
+        ({"input": [{"type": "function_call_output", "output": "1"}]}, "input[0].call_id"),
+        (
+            {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]},
+            "input[0]",
+        ),
         ({"include": ["message.output_text.logprobs"]}, "include"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"reasoning": {"effort": "high"}}, "reasoning"),
@@ -114,7 +132,6 @@ def test_text_format_is_structured_output(fmt: dict[str, Any], structured: Struc
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
         ({"input": [{"content": "x"}]}, "input[0].role"),
         ({"input": [{"role": "user"}]}, "input[0].content"),
-        ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, "input[0].type"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
@@ -144,3 +161,42 @@ def test_model_is_required() -> None:
     with pytest.raises(InvalidRequest) as err:
         decode_responses(b'{"input": "hi"}', 16)
     assert err.value.param == "model"
+
+
+def test_function_tools_are_the_cores_tools() -> None:
+    tool = {"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}}
+    d = decode(
+        tools=[tool], tool_choice={"type": "function", "name": "f"}, parallel_tool_calls=False
+    )
+    tools = generation_request(d, "r").generation.tools
+    assert tools is not None and (tools.choice, tools.function) == ("function", "f")
+    assert tools.parallel_tool_calls is False
+    assert json.loads(tools.tools) == [
+        {
+            "type": "function",
+            "function": {"name": "f", "description": "d", "parameters": {"type": "object"}},
+        }
+    ]
+    assert decode(tools=[tool]).tools is not None
+    assert decode(tools=[tool]).tools.choice == "auto"  # type: ignore[union-attr]
+    assert decode().tools is None and decode(tool_choice="none").tools is None
+
+
+def test_function_calls_and_their_outputs_are_the_conversations() -> None:
+    items = [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "c2", "output": "noon"},
+    ]
+    assert messages(input=items) == (
+        Message("user", "weather?"),
+        Message("assistant", "", (ToolCall("c1", "f", '{"a": 1}'), ToolCall("c2", "g", "{}"))),
+        Message("tool", "sunny", tool_call_id="c1"),
+        Message("tool", "noon", tool_call_id="c2"),
+    )
+    said = [{"role": "assistant", "content": "Let me look."}, items[1], items[3]]
+    assert messages(input=[items[0], *said])[1] == Message(
+        "assistant", "Let me look.", (ToolCall("c1", "f", '{"a": 1}'),)
+    )
