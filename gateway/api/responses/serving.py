@@ -188,7 +188,7 @@ class ResponsesServing:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         if stream:
-            return await self._follow(request, log, -1)
+            return await self._follow(request, log, -1, job_headers(gen))
         return web.Response(
             body=encode_response(entry.state), content_type=_JSON, headers=job_headers(gen)
         )
@@ -219,12 +219,14 @@ class ResponsesServing:
             log.close()
             self._finish(stored)
 
-    async def _follow(self, request: web.Request, log: EventLog, after: int) -> web.StreamResponse:
+    async def _follow(
+        self, request: web.Request, log: EventLog, after: int, headers: dict[str, str] | None = None
+    ) -> web.StreamResponse:
         """Replay the events after `after`, then follow the live ones until the log closes
         (for at most the request deadline)."""
         s = self.settings
         batch = log.after(after)  # (events no longer kept: a 400 before anything is sent)
-        resp = SSEResponse(headers=SSE_HEADERS)
+        resp = SSEResponse(headers={**SSE_HEADERS, **(headers or {})})
         await resp.prepare(request)
         seq = max(after, log.next_seq - len(batch) - 1)  # the last one sent
         try:
