@@ -250,6 +250,7 @@ class Gateway:
         self.fleet.update(self._sidecars(new), s.link, new.health, s.drain_timeout_s)
         self.http_api.settings = self.http_api.serving.settings = s
         self.http_api.tokenizing.settings = s
+        self.http_api.responses.reconfigure(s)
         self.grpc_servicer.settings = s
         self.reporter.log_requests = s.request_log
         self.metrics.set_tenants(t.name for t in new.tenants)
@@ -347,6 +348,7 @@ class Gateway:
             self._runner._shutdown_timeout = grace  # read by cleanup(); settable per stop
             stops.append(self._runner.cleanup())
         await asyncio.gather(*stops)
+        await self.http_api.responses.close()  # background responses: their requests abort
         if self.siblings is not None:
             await self.siblings.stop()
         await self.scheduler.close()

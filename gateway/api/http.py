@@ -21,6 +21,7 @@ from gateway.api.http_errors import ClosingError
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.serving import OpenAIServing
 from gateway.api.openai.tokenize import Tokenizing
+from gateway.api.responses.serving import ResponsesServing
 from gateway.config.schema import Config, GatewaySettings
 from gateway.ids import new_request_id
 from gateway.observability.metrics import GatewayMetrics
@@ -122,6 +123,7 @@ class HttpApi:
         self.anthropic = AnthropicServing(service, settings)
         self.counting = CountTokens(self.tokenizing)
         self.loras = LoraAdmin(fleet, lambda: self.settings, self._admin_caller)
+        self.responses = ResponsesServing(service, settings)
         self._started = int(time.time())
 
     def app(self) -> web.Application:
@@ -131,6 +133,9 @@ class HttpApi:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/messages", self.messages)
+        app.router.add_post("/v1/responses", self.create_response)
+        app.router.add_get("/v1/responses/{response_id}", self.responses.retrieve)
+        app.router.add_post("/v1/responses/{response_id}/cancel", self.responses.cancel)
         app.router.add_post("/v1/messages/count_tokens", self.counting.count_tokens)
         app.router.add_post("/tokenize", self.tokenizing.tokenize)
         app.router.add_post("/detokenize", self.tokenizing.detokenize)
@@ -167,6 +172,10 @@ class HttpApi:
     async def messages(self, request: web.Request) -> web.StreamResponse:
         self._check_length(request)
         return await self.anthropic.messages(request, request[REQUEST_ID])
+
+    async def create_response(self, request: web.Request) -> web.StreamResponse:
+        self._check_length(request)
+        return await self.responses.create(request, request[REQUEST_ID])
 
     def _listed(self) -> dict[str, encode.ModelEntry]:
         """Every model, then every LoRA adapter (with its parent), by name."""

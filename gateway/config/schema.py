@@ -59,6 +59,22 @@ class LinkSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     tls: LinkTls | None = None
 
 
+class ResponsesSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The Responses API's store (per process): stored responses, and the events of
+    background ones for `GET /v1/responses/{id}?stream=true&starting_after=N`."""
+
+    # A finished response stays retrievable (and usable as a previous_response_id) this long.
+    retention_s: Seconds = 600.0
+    # Responses kept at once, and their bytes (events, output, conversation): finished ones
+    # are evicted first, oldest first; when only running ones fill it, a background request
+    # is refused (503) and a stored one is answered without being kept.
+    max_responses: Annotated[int, msgspec.Meta(gt=0)] = 1024
+    max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 64 << 20
+    # One background response's events: past it, its earliest events are dropped (a resume
+    # from before them is refused).
+    max_event_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 << 20
+
+
 class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     http: Listen = Listen(port=8080)
     grpc: Listen = Listen(port=50051)
@@ -101,6 +117,7 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # Logs as JSON lines (false: plain text).
     json_logs: bool = True
     link: LinkSettings = LinkSettings()
+    responses: ResponsesSettings = ResponsesSettings()
 
 
 class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

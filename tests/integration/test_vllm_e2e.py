@@ -330,3 +330,31 @@ async def test_grpc_logprobs_are_the_http_ones(
     assert [{x.token: pytest.approx(x.logprob, abs=1e-3) for x in e.entries} for e in got] == (
         lp.top_logprobs
     )
+
+
+async def test_responses_greedy_text_equals_chat(client: openai.AsyncOpenAI) -> None:
+    """The Responses API is an edge of the same path: for the same messages (instructions as
+    the system message), greedy, its text and token counts are chat's, streamed or not."""
+    system, user = "You are brief.", "Tell me about shards."
+    chat = await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+        max_tokens=16,
+        temperature=0.0,
+    )
+    fields: dict[str, Any] = {
+        "model": MODEL,
+        "instructions": system,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": user}]}],
+        "max_output_tokens": 16,
+        "temperature": 0.0,
+    }
+    r = await client.responses.create(**fields)
+    assert r.output_text and r.output_text == chat.choices[0].message.content
+    assert r.usage is not None and chat.usage is not None
+    assert r.usage.input_tokens == chat.usage.prompt_tokens
+    assert r.usage.output_tokens == chat.usage.completion_tokens
+    stream = await client.responses.create(**fields, stream=True)
+    events = [e async for e in stream]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == r.output_text and events[-1].type == "response.completed"

@@ -302,3 +302,71 @@ async def test_the_grpc_api_streams_the_same_calls(
     assert [(n, a) for n, a in (calls[i] for i in sorted(calls))] == http["calls"]
     assert last.finish_reason == http["finish"] == "tool_calls"
     assert (last.usage.prompt_tokens, last.usage.completion_tokens) == http["usage"]
+
+
+# The same tools as the Responses API takes them (flat, not under "function").
+RESPONSE_TOOLS: list[Any] = [{"type": "function", **t["function"]} for t in TOOLS]
+
+
+def _response_fields(tool_choice: Any, items: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "input": items,
+        "tools": RESPONSE_TOOLS,
+        "tool_choice": tool_choice,
+        "max_output_tokens": 64,
+        "temperature": 0.0,
+        "extra_body": {"logit_bias": _NO_BLANKS},
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    ("chat_choice", "choice"),
+    [("required", "required"), (NAMED, {"type": "function", "name": "get_weather"})],
+)
+async def test_responses_calls_equal_chats(
+    client: openai.AsyncOpenAI, chat_choice: Any, choice: Any
+) -> None:
+    """The Responses API's function calls are chat's, whole and streamed: the same calls
+    (names, arguments) and usage, as function_call output items."""
+    chat = await whole(client, _request(chat_choice))
+    fields = _response_fields(choice, MESSAGES)
+    r = await client.responses.create(**fields)
+    calls = [(o.name, o.arguments) for o in r.output if o.type == "function_call"]
+    assert calls == chat["calls"]
+    _valid(calls)
+    assert all(o.call_id for o in r.output if o.type == "function_call")
+    assert r.usage is not None and (r.usage.input_tokens, r.usage.output_tokens) == chat["usage"]
+    # Streamed, the calls are chat's streamed ones (parsed as they come).
+    chat_streamed = await streamed(client, _request(chat_choice))
+    stream = await client.responses.create(**fields, stream=True)
+    events = [e async for e in stream]
+    done = [
+        (e.name, e.arguments) for e in events if e.type == "response.function_call_arguments.done"
+    ]
+    assert done == chat_streamed["calls"]
+    last = events[-1]
+    assert last.type == "response.completed"
+    final = [(o.name, o.arguments) for o in last.response.output if o.type == "function_call"]
+    assert final == done
+
+
+async def test_responses_function_call_outputs_are_rendered_as_chats(
+    client: openai.AsyncOpenAI,
+) -> None:
+    """A call and its output as input items: the conversation chat gets with a tool message."""
+    chat = await whole(client, _request("none", ANSWERED))
+    items = [
+        MESSAGES[0],
+        {
+            "type": "function_call",
+            "call_id": "call-1",
+            "name": "get_weather",
+            "arguments": '{"unit": "celsius"}',
+        },
+        {"type": "function_call_output", "call_id": "call-1", "output": "18 degrees, dry"},
+    ]
+    r = await client.responses.create(**_response_fields("none", items))
+    assert r.output_text == chat["content"] and r.output_text
+    assert r.usage is not None and (r.usage.input_tokens, r.usage.output_tokens) == chat["usage"]
