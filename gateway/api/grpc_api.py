@@ -12,20 +12,21 @@ import msgspec
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
-from gateway.api.grpc_tools import fill_parsed, message_of, tools_of_request
-from gateway.api.openai.answer import Answer
+from gateway.api.grpc_streams import KIND, GrpcRelay, GrpcWriter, resume
+from gateway.api.grpc_tools import message_of, tools_of_request
 from gateway.api.openai.protocol import sampling_of
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
+from gateway.runtime.job import Job
 from gateway.runtime.service import Service
+from gateway.streams.hub import Streams
+from gateway.streams.producer import run_detached
 from gateway.types import (
-    FINISH_REASON,
     GatewayError,
     GenerationRequest,
     InvalidRequest,
-    Logprobs,
     Sampling,
 )
 
@@ -127,18 +128,18 @@ def sampling_fields(m: pb.GenerateRequest) -> dict[str, Any]:
     return out
 
 
-def fill_logprobs(out: pb.GenerateResponse, lps: list[Logprobs]) -> None:
-    for lp in lps:
-        entries = out.logprobs.add().entries
-        for token_id, token, logprob in zip(lp.ids, lp.tokens, lp.logprobs, strict=True):
-            entries.add(token_id=token_id, token=token, logprob=logprob)
-
-
 class GatewayServicer(pb_grpc.GatewayServicer):
-    def __init__(self, fleet: Fleet, service: Service, settings: GatewaySettings) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        service: Service,
+        settings: GatewaySettings,
+        streams: Streams | None = None,
+    ) -> None:
         self._fleet = fleet
         self._service = service
         self.settings = settings
+        self.streams = streams
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
@@ -159,9 +160,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             await context.abort(status_of(e), e.message, trailing(e))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         gen.arm(deadline, self.settings.first_token_timeout_s)
-        counted = 0
-        prompt = cached = 0
-        answer = Answer(req.generation.tools)
+        relay = GrpcRelay(req)
+        writer = GrpcWriter()
+        handed = False
         try:
             batch = await gen.take()
             while batch and not gen.began:  # keep-alives while queued: HTTP/2 pings do that
@@ -169,33 +170,64 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             initial = [("x-request-id", req.request_id), *gen.headers]
             if gen.first_replica:
                 initial.append(("x-shardgate-replica", gen.first_replica))
+            if self.streams is not None:
+                kept: dict[str, str] = {}
+                relay.log = self.streams.open(gen.tenant, kept, KIND)
+                initial.extend(kept.items())
+                if relay.log is not None:
+                    relay.log.attach(writer)
             await context.send_initial_metadata(tuple(initial))
             while batch:
-                for d in batch:
-                    counted += len(d.token_ids)
-                    if d.prompt_tokens:
-                        prompt, cached = d.prompt_tokens, d.cached_tokens
-                    if not (d.token_ids or d.text or d.finish or d.prompt_tokens):
-                        continue  # a keep-alive while queued: HTTP/2 pings do that here
-                    out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
-                    if d.logprobs:
-                        fill_logprobs(out, d.logprobs)
-                    if d.parsed:
-                        fill_parsed(out, answer.add(d.parsed))
-                    if d.finish:
-                        completion = d.completion_tokens or counted
-                        reason = FINISH_REASON.get(d.finish, "stop")
-                        out.finish_reason = answer.finish_reason(reason, whole=False)
-                        out.model = req.served_model
-                        out.usage.prompt_tokens = prompt
-                        out.usage.completion_tokens = completion
-                        out.usage.total_tokens = prompt + completion
-                        out.usage.cached_tokens = cached
+                relay.add(batch)
+                for out in relay.take():
                     yield out
+                if writer.gone:  # another reader took the stream: it goes on for that one
+                    handed = self._detach(gen, relay, writer)
+                    await context.abort(grpc.StatusCode.ABORTED, "Another reader took the stream.")
                 batch = await gen.take()
         except GatewayError as e:
+            relay.ended = True
             await context.abort(
-                status_of(e), e.message, (*trailing(e), *usage_trailer(prompt, counted))
+                status_of(e),
+                e.message,
+                (*trailing(e), *usage_trailer(relay.prompt, relay.counted)),
             )
+        except (asyncio.CancelledError, GeneratorExit):
+            handed = handed or self._detach(gen, relay, writer)
+            raise
         finally:
-            gen.close()
+            if not handed:
+                if relay.log is not None:
+                    relay.log.finish()
+                gen.close()
+
+    def _detach(self, gen: Job, relay: GrpcRelay, writer: GrpcWriter) -> bool:
+        """The caller left (or was replaced) mid-stream: the rest goes on for a reader that
+        reattaches, as for HTTP streams (gateway.detach_grace_s)."""
+        log = relay.log
+        if log is None or self.streams is None or relay.ended or gen.timed_out:
+            return False
+        log.detach(writer)
+        grace = self.settings.detach_grace_s
+        if grace <= 0 and log.reader is None:
+            return False
+        self.streams.detached.adopt(
+            run_detached(gen, relay, log, grace), f"detached-{gen.request.request_id}"
+        )
+        return True
+
+    async def Resume(
+        self, request: pb.ResumeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        if self.streams is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"No stream `{request.stream_id}`.")
+            return
+        metadata = dict(context.invocation_metadata() or ())
+        try:
+            tenant = self._service.tenants.resolve(bearer_key(metadata.get("authorization")))
+        except GatewayError as e:
+            await context.abort(status_of(e), e.message, trailing(e))
+        async for out in resume(
+            self.streams, tenant.name, request, context, self.settings.keepalive_s
+        ):
+            yield out

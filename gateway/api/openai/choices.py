@@ -6,6 +6,8 @@ is a job of its own (admitted, queued, placed, preempted and resumed alone), so 
 n slots; they share a session, so the router sends them to one replica, whose prefix cache then
 serves the prompt to all but the first. Refused as a whole: when any choice is refused (a rate
 limit, a full queue), the ones already admitted are dropped and the client gets that refusal.
+A stream's events are kept like any stream's (a reader replays them), but a client that leaves
+ends it at once (no detached producer).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
+from gateway.streams.hub import Streams
+from gateway.streams.sse import Tape
 from gateway.types import Delta, GatewayError, GenerationRequest, Logprobs, Usage
 
 # One batch of a choice's deltas; an empty one: the choice is done. Or its error.
@@ -29,8 +33,11 @@ _Item = tuple[int, list[Delta], GatewayError | None]
 
 
 class Choices:
-    def __init__(self, service: Service, req: GenerationRequest, kind: str) -> None:
+    def __init__(
+        self, service: Service, req: GenerationRequest, kind: str, streams: Streams | None = None
+    ) -> None:
         self.req = req
+        self._streams = streams
         self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
         self.jobs: list[Job] = []
         self._service = service
@@ -120,8 +127,20 @@ class Choices:
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """The choices' chunks as they come. The response starts with its first write: a choice
         refused before that (while queued) is the request's error response."""
+        headers = response_headers(self.jobs[0])
+        streams = self._streams
+        log = streams.open(self.jobs[0].tenant, headers) if streams is not None else None
+        try:
+            return await self._stream(request, headers, Tape(log) if log is not None else None)
+        finally:
+            if log is not None:
+                log.finish()
+
+    async def _stream(
+        self, request: web.Request, headers: dict[str, str], tape: Tape | None
+    ) -> web.StreamResponse:
         req = self.req
-        resp = SSEResponse(headers={**SSE_HEADERS, **response_headers(self.jobs[0])})
+        resp = SSEResponse(headers={**SSE_HEADERS, **headers})
         created = int(time.time())
         chat = self.kind == "chat"
         encs = [
@@ -162,7 +181,7 @@ class Choices:
                 if buf:
                     if not resp.prepared:
                         await resp.prepare(request)
-                    await resp.write(bytes(buf))
+                    await resp.write(tape.stamp(buf) if tape is not None else bytes(buf))
                     buf.clear()
         except GatewayError as e:
             if not resp.prepared:
@@ -173,7 +192,7 @@ class Choices:
         buf += encode.DONE
         if not resp.prepared:
             await resp.prepare(request)
-        await resp.write_eof(bytes(buf))
+        await resp.write_eof(tape.stamp(buf) if tape is not None else bytes(buf))
         return resp
 
     def _begin(self, buf: bytearray, encs: list[encode.ChunkEncoder]) -> None:

@@ -14,6 +14,7 @@ import asyncio
 from typing import Protocol, cast
 
 from gateway.runtime.flush import FLUSHER
+from gateway.streams.sse import Tape
 from gateway.types import Delta, Logprobs
 
 # Bytes queued in the transport beyond which frames wait for the handler (and its drain).
@@ -33,15 +34,21 @@ class TokenEncoder(Protocol):
 
 
 class DirectSink:
-    __slots__ = ("_buf", "_chunked", "_dirty", "_enc", "_tally", "_transport")
+    __slots__ = ("_buf", "_chunked", "_dirty", "_enc", "_tally", "_tape", "_transport")
 
     def __init__(
-        self, transport: asyncio.BaseTransport, chunked: bool, enc: TokenEncoder, tally: Counter
+        self,
+        transport: asyncio.BaseTransport,
+        chunked: bool,
+        enc: TokenEncoder,
+        tally: Counter,
+        tape: Tape | None = None,
     ) -> None:
         self._transport = cast(asyncio.WriteTransport, transport)
         self._chunked = chunked
         self._enc = enc
         self._tally = tally
+        self._tape = tape  # a kept stream's: each frame gets its id and is kept
         self._buf = bytearray()
         self._dirty = False  # holds frames, and is on the flusher's list
 
@@ -64,8 +71,11 @@ class DirectSink:
         buf = self._buf
         if not buf:
             return
+        tape = self._tape
+        data = tape.stamp(buf) if tape is not None else buf  # (kept even if the client left)
         t = self._transport
         if not t.is_closing():
             # New bytes either way: the transport may keep what it is given.
-            t.write(b"".join((b"%x\r\n" % len(buf), buf, b"\r\n")) if self._chunked else bytes(buf))
+            chunk = b"".join((b"%x\r\n" % len(data), data, b"\r\n")) if self._chunked else data
+            t.write(bytes(chunk))
         buf.clear()
