@@ -219,7 +219,7 @@ class Gateway:
         validate_static(new)
         check_link_tls(new)
         old = self.config.gateway
-        for name in ("http", "grpc", "max_body_bytes", *RESTART_ONLY_HTTP):
+        for name in ("http", "grpc", "max_body_bytes", "streams", *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
                 raise ValueError(f"gateway.{name} changes only with a restart")
         if new.redis != self.config.redis:

@@ -198,6 +198,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         finally:
             if not handed:
                 if relay.log is not None:
+                    relay.log.detach(writer)
                     relay.log.finish()
                 gen.close()
 

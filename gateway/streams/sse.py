@@ -17,8 +17,14 @@ class Tape:
         """`data` (whole SSE events) with an id on each event, every event kept."""
         parts = data.split(b"\n\n")
         rest = parts.pop()  # after the last event's blank line: nothing, normally
-        out = []
         log = self.log
+        if not rest and data[:1] != b":" and b"\n\n:" not in data:  # events only
+            seq = log.next_seq
+            prefix = self._prefix
+            frames = [b"%s%d\n%s\n\n" % (prefix, seq + i, ev) for i, ev in enumerate(parts)]
+            log.extend(frames)
+            return b"".join(frames)
+        out = []
         prefix = self._prefix
         for ev in parts:
             if ev[:1] == b":":

@@ -95,6 +95,25 @@ class StreamLog:
                 w.set_result(None)
         return seq
 
+    def extend(self, frames: list[bytes]) -> None:
+        """Keep several events at once (numbered from `next_seq` on)."""
+        self.events.extend(frames)
+        n = sum(map(len, frames))
+        self.nbytes += n
+        store = self._store
+        store.nbytes += n
+        if (
+            self.nbytes > store.max_stream_bytes
+            or len(self.events) > store.max_stream_events
+            or store.nbytes > store.limits.max_bytes
+        ):
+            store.trim(self)
+        w = self._wake
+        if w is not None:
+            self._wake = None
+            if not w.done():
+                w.set_result(None)
+
     def drop_oldest(self) -> None:
         n = len(self.events.popleft())
         self.first += 1
@@ -142,6 +161,7 @@ class StreamLog:
         """The producer is done: the events are kept for `retention_s` from now."""
         if not self.finished:
             self.finished_at = self._store.clock()
+            self._store.finished[self.sid] = self.finished_at
             self._poke()
 
 
@@ -160,6 +180,8 @@ class StreamStore:
         self.counters = counters
         self.clock = clock
         self.logs: dict[str, StreamLog] = {}
+        # The finished ones, in the order they finished: the first is the first to expire.
+        self.finished: dict[str, float] = {}
         self.nbytes = 0
 
     def _held(self) -> list[Held]:
@@ -169,6 +191,7 @@ class StreamStore:
         now = self.clock()
         for sid in sids:
             log = self.logs.pop(sid)
+            self.finished.pop(sid, None)
             self.nbytes -= log.nbytes
             if self.counters is not None:
                 expired = log.finished_at + self.limits.retention_s <= now
@@ -181,9 +204,14 @@ class StreamStore:
     def open(self, tenant: str, kind: str) -> StreamLog | None:
         """A new stream's log, or None when the store is full (served without resume)."""
         now = self.clock()
-        p = plan(self._held(), self.limits, now, 1, 0)
-        self._evict(p.evict)
-        if not p.fits:
+        lim = self.limits
+        if len(self.logs) >= lim.max_streams or self.nbytes > lim.max_bytes or self._due(now):
+            p = plan(self._held(), lim, now, 1, 0)  # (else there is nothing to decide)
+            self._evict(p.evict)
+            fits = p.fits
+        else:
+            fits = True
+        if not fits:
             if self.counters is not None:
                 self.counters.refused()
             return None
@@ -199,9 +227,16 @@ class StreamStore:
             return None
         return log
 
+    def _due(self, now: float) -> bool:
+        """A finished stream is past its retention."""
+        first = next(iter(self.finished.values()), None)
+        return first is not None and first + self.limits.retention_s <= now
+
     def sweep(self) -> None:
         """Evict the finished streams past their retention."""
-        self._evict(plan(self._held(), self.limits, self.clock(), 0, 0).evict)
+        now = self.clock()
+        if self._due(now):
+            self._evict(plan(self._held(), self.limits, now, 0, 0).evict)
 
     def trim(self, log: StreamLog) -> None:
         """`log` is over a bound: drop its oldest events, or evict finished streams for the

@@ -346,3 +346,27 @@ def test_a_full_store_serves_new_streams_without_resume_and_says_so(tight: Clust
     with httpx.Client(base_url=tight.http_url, timeout=30) as h:
         r = h.post("/v1/chat/completions", json=short)  # the store has room again
         assert r.headers["x-shardgate-stream-id"]
+
+
+def test_reading_a_finished_stream_leaves_its_clients_connection_alone(kept: Cluster) -> None:
+    """The connection that carried a finished stream may carry the client's next request: a
+    reader of the finished stream replaces nobody there."""
+    short = {"model": "sim-llama", "messages": MESSAGES, "stream": True, "max_tokens": 20}
+    url = urlsplit(kept.http_url)
+    conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-alpha"}
+    conn.request("POST", "/v1/chat/completions", json.dumps(short).encode(), headers)
+    first = conn.getresponse()
+    sid = first.headers["x-shardgate-stream-id"]
+    assert read_events(first)[-1][1] == "[DONE]"
+    first.read()
+    conn.request("POST", "/v1/chat/completions", json.dumps({**short, "max_tokens": 200}), headers)
+    second = conn.getresponse()  # the same keep-alive connection
+    head = read_events(second, 3)
+    c, r = reattach(kept, sid)
+    assert read_events(r)[-1][1] == "[DONE]"
+    c.close()
+    rest = read_events(second)
+    conn.close()
+    assert rest and rest[-1][1] == "[DONE]"
+    assert len(head + rest) > 20

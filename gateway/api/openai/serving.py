@@ -129,6 +129,7 @@ class OpenAIServing:
         `: keep-alive` comments only; the role chunk leaves with its first token. A stream the
         store keeps goes on without its client for `detach_grace_s` (run_detached)."""
         log: StreamLog | None = None
+        writer = Writer(request)
         handed = False
         try:
             batch = await gen.take()
@@ -140,7 +141,6 @@ class OpenAIServing:
             enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind, fmt)
             tape = Tape(log) if log is not None else None
             relay = Relay(req, enc, Tally(), Answer(req.generation.tools), tape)
-            writer = Writer(request)
             if log is not None:
                 log.attach(writer)
             resp = SSEResponse(headers={**SSE_HEADERS, **headers})
@@ -155,6 +155,7 @@ class OpenAIServing:
         finally:
             if not handed:
                 if log is not None:
+                    log.detach(writer)  # (its connection may serve another request next)
                     log.finish()
                 gen.close()
 
