@@ -7,34 +7,36 @@ from gateway.streams.store import StreamLog
 
 
 class Tape:
-    __slots__ = ("_prefix", "log")
+    __slots__ = ("log", "prefix")
 
     def __init__(self, log: StreamLog) -> None:
         self.log = log
-        self._prefix = b"id: " + log.sid.encode() + b":"
+        self.prefix = b"id: " + log.sid.encode() + b":"
 
     def stamp(self, data: bytes | bytearray) -> bytes:
         """`data` (whole SSE events) with an id on each event, every event kept."""
         parts = data.split(b"\n\n")
         rest = parts.pop()  # after the last event's blank line: nothing, normally
         log = self.log
-        if not rest and data[:1] != b":" and b"\n\n:" not in data:  # events only
-            seq = log.next_seq
-            prefix = self._prefix
-            frames = [b"%s%d\n%s\n\n" % (prefix, seq + i, ev) for i, ev in enumerate(parts)]
-            log.extend(frames)
-            return b"".join(frames)
-        out = []
-        prefix = self._prefix
+        seq = log.next_seq
+        prefix = self.prefix
+        frames: list[bytes] = []
+        out = frames  # what is sent: the frames, and the comments among them
         for ev in parts:
             if ev[:1] == b":":
-                out.append(ev + b"\n\n")
+                if out is frames:
+                    out = list(frames)
+                out.append(bytes(ev) + b"\n\n")
                 continue
-            frame = b"%s%d\n%s\n\n" % (prefix, log.next_seq, ev)
-            log.append(frame)
-            out.append(frame)
+            frame = b"%s%d\n%s\n\n" % (prefix, seq, ev)
+            seq += 1
+            frames.append(frame)
+            if out is not frames:
+                out.append(frame)
+        if frames:
+            log.extend(frames)
         if rest:
-            out.append(rest)
+            out = [*out, bytes(rest)]
         return b"".join(out)
 
 

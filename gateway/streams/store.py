@@ -35,6 +35,8 @@ class StoreCounters(Protocol):
 
 class StreamLog:
     __slots__ = (
+        "_max_bytes",
+        "_max_events",
         "_store",
         "_wake",
         "events",
@@ -61,6 +63,8 @@ class StreamLog:
         self.reader: Reader | None = None
         self.left_at = now  # when the last reader left (the producer's client, at first)
         self._wake: asyncio.Future[None] | None = None
+        self._max_bytes = store.max_stream_bytes
+        self._max_events = store.max_stream_events
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -74,45 +78,45 @@ class StreamLog:
     def finished(self) -> bool:
         return self.finished_at != math.inf
 
-    def append(self, data: bytes) -> int:
-        """Keep one event; returns its sequence number."""
-        seq = self.first + len(self.events)
-        self.events.append(data)
+    def append(self, data: bytes) -> None:
+        """Keep one event (numbered `next_seq`)."""
+        events = self.events
+        events.append(data)
         n = len(data)
         self.nbytes += n
         store = self._store
         store.nbytes += n
         if (
-            self.nbytes > store.max_stream_bytes
-            or len(self.events) > store.max_stream_events
-            or store.nbytes > store.limits.max_bytes
+            self.nbytes > self._max_bytes
+            or len(events) > self._max_events
+            or store.nbytes > store.max_bytes
         ):
             store.trim(self)
-        w = self._wake
-        if w is not None:
-            self._wake = None
-            if not w.done():
-                w.set_result(None)
-        return seq
+        if self._wake is not None:
+            self._wake_up()
 
     def extend(self, frames: list[bytes]) -> None:
         """Keep several events at once (numbered from `next_seq` on)."""
-        self.events.extend(frames)
+        events = self.events
+        events.extend(frames)
         n = sum(map(len, frames))
         self.nbytes += n
         store = self._store
         store.nbytes += n
         if (
-            self.nbytes > store.max_stream_bytes
-            or len(self.events) > store.max_stream_events
-            or store.nbytes > store.limits.max_bytes
+            self.nbytes > self._max_bytes
+            or len(events) > self._max_events
+            or store.nbytes > store.max_bytes
         ):
             store.trim(self)
+        if self._wake is not None:
+            self._wake_up()
+
+    def _wake_up(self) -> None:
         w = self._wake
-        if w is not None:
-            self._wake = None
-            if not w.done():
-                w.set_result(None)
+        self._wake = None
+        if w is not None and not w.done():
+            w.set_result(None)
 
     def drop_oldest(self) -> None:
         n = len(self.events.popleft())
@@ -136,17 +140,11 @@ class StreamLog:
             w = self._wake = asyncio.get_running_loop().create_future()
         return w
 
-    def _poke(self) -> None:
-        w = self._wake
-        self._wake = None
-        if w is not None and not w.done():
-            w.set_result(None)
-
     def attach(self, reader: Reader) -> None:
         old, self.reader = self.reader, reader
         if old is not None and old is not reader:
             old.replaced()
-        self._poke()
+        self._wake_up()
 
     def detach(self, reader: Reader) -> None:
         if self.reader is reader:
@@ -162,7 +160,7 @@ class StreamLog:
         if not self.finished:
             self.finished_at = self._store.clock()
             self._store.finished[self.sid] = self.finished_at
-            self._poke()
+            self._wake_up()
 
 
 class StreamStore:
@@ -177,6 +175,7 @@ class StreamStore:
         self.limits = limits
         self.max_stream_events = max_stream_events
         self.max_stream_bytes = max_stream_bytes
+        self.max_bytes = limits.max_bytes
         self.counters = counters
         self.clock = clock
         self.logs: dict[str, StreamLog] = {}
@@ -199,7 +198,7 @@ class StreamStore:
             log.first += len(log.events)  # a reader still on it learns its events are gone
             log.events.clear()
             log.nbytes = 0
-            log._poke()
+            log._wake_up()
 
     def open(self, tenant: str, kind: str) -> StreamLog | None:
         """A new stream's log, or None when the store is full (served without resume)."""
