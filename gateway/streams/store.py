@@ -3,7 +3,8 @@
 Bounds: per stream, its newest `max_stream_events` events within `max_stream_bytes` (older ones
 are dropped: a reader can no longer start before them); per process, `max_streams` streams and
 `max_bytes` bytes of events (an event past that evicts finished streams, then trims its own
-stream). A finished stream stays for `retention_s`. A stream the store cannot keep is not
+stream; each event counts its bytes plus EVENT_OVERHEAD). A finished stream stays for
+`retention_s`. A stream the store cannot keep is not
 opened (`open` returns None): the caller serves it without resume.
 
 The producer appends on the token path (no await, no task): an append wakes the stream's
@@ -21,6 +22,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gateway.streams.policy import Held, Limits, plan
+
+# What an event costs beyond its bytes (the bytes object's header, its slot in the deque):
+# counted with them, so that `max_bytes` bounds the memory the events take.
+EVENT_OVERHEAD = 48
 
 
 class Reader(Protocol):
@@ -82,7 +87,7 @@ class StreamLog:
         """Keep one event (numbered `next_seq`)."""
         events = self.events
         events.append(data)
-        n = len(data)
+        n = len(data) + EVENT_OVERHEAD
         self.nbytes += n
         store = self._store
         store.nbytes += n
@@ -99,7 +104,7 @@ class StreamLog:
         """Keep several events at once (numbered from `next_seq` on)."""
         events = self.events
         events.extend(frames)
-        n = sum(map(len, frames))
+        n = sum(map(len, frames)) + EVENT_OVERHEAD * len(frames)
         self.nbytes += n
         store = self._store
         store.nbytes += n
@@ -119,7 +124,7 @@ class StreamLog:
             w.set_result(None)
 
     def drop_oldest(self) -> None:
-        n = len(self.events.popleft())
+        n = len(self.events.popleft()) + EVENT_OVERHEAD
         self.first += 1
         self.nbytes -= n
         self._store.nbytes -= n

@@ -9,7 +9,7 @@ from gateway.api.openai.sse import Tally
 from gateway.runtime.flush import FLUSHER
 from gateway.streams.policy import Limits
 from gateway.streams.sse import Tape
-from gateway.streams.store import StreamStore
+from gateway.streams.store import EVENT_OVERHEAD, StreamStore
 from gateway.types import Delta
 from tests.unit.policy._util import FakeClock
 
@@ -48,4 +48,5 @@ def test_frames_are_numbered_kept_and_sent_in_order() -> None:
         assert frame.startswith(f"id: {log.sid}:{seq}\ndata: ".encode())
         assert frame.endswith(b"\n\n") and f'"text":"{text}"'.encode() in frame
     assert t.written == [kept[0] + kept[1]]
-    assert store.nbytes == log.nbytes == sum(map(len, log.since(0) or []))
+    events = log.since(0) or []
+    assert store.nbytes == log.nbytes == sum(map(len, events)) + EVENT_OVERHEAD * len(events)

@@ -6,6 +6,7 @@ import asyncio
 
 from gateway.streams.policy import Limits
 from gateway.streams.sse import Tape, parse_last_event_id
+from gateway.streams.store import EVENT_OVERHEAD as O
 from gateway.streams.store import StreamStore
 from tests.unit.policy._util import FakeClock
 
@@ -53,25 +54,29 @@ def test_events_are_numbered_from_one_and_replayed_after_a_seq() -> None:
     assert log.since(3) == [b"e3", b"e4"]
     assert log.since(5) == []
     assert log.since(9) == []
-    assert s.nbytes == 10
+    assert s.nbytes == 10 + 5 * O  # each event's bytes and its overhead
 
 
 def test_a_stream_keeps_its_newest_events_within_its_bounds() -> None:
-    s = store(FakeClock(), events=3, stream_bytes=10)
+    s = store(FakeClock(), events=3, stream_bytes=1000)
     log = s.open("t", "sse")
     assert log is not None
     for i in range(5):
         log.append(b"e%d" % i)
     assert log.first == 3 and log.since(2) == [b"e2", b"e3", b"e4"]
     assert log.since(1) is None  # dropped: a reader cannot start there
-    log.append(b"123456789")  # 9 bytes: only it and nothing else fits in 10
-    assert log.since(5) == [b"123456789"] and log.nbytes == 9 == s.nbytes
+    s = store(FakeClock(), events=100, stream_bytes=9 + O + 10)
+    log = s.open("t", "sse")
+    assert log is not None
+    log.append(b"ab")
+    log.append(b"123456789")  # only it fits in its bytes (with its overhead)
+    assert log.first == 2 and log.since(1) == [b"123456789"] and log.nbytes == 9 + O == s.nbytes
 
 
 def test_the_process_bound_evicts_finished_streams_then_trims_the_writer() -> None:
     clock = FakeClock()
     counters = Counters()
-    s = store(clock, max_bytes=20, counters=counters)
+    s = store(clock, max_bytes=20 + 2 * O, stream_bytes=1000, counters=counters)
     done = s.open("t", "sse")
     live = s.open("t", "sse")
     assert done is not None and live is not None
@@ -79,11 +84,10 @@ def test_the_process_bound_evicts_finished_streams_then_trims_the_writer() -> No
     done.finish()
     live.append(b"y" * 8)
     live.append(b"z" * 8)  # 26 > 20: the finished stream goes
-    assert done.sid not in s.logs and s.nbytes == 16
+    assert done.sid not in s.logs and s.nbytes == 16 + 2 * O
     assert counters.evictions == ["room"]
     live.append(b"w" * 8)  # 24 > 20, nothing finished left: its own oldest goes
-    assert s.nbytes == 16 and live.first == 2
-    assert s.nbytes <= 20
+    assert s.nbytes == 16 + 2 * O and live.first == 2
 
 
 def test_a_full_store_refuses_new_streams_and_finished_ones_make_room() -> None:
