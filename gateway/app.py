@@ -28,6 +28,7 @@ from gateway.observability.discovery import DiscoveryCollector
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.observability.siblings import Siblings
+from gateway.observability.stream_metrics import StreamMetrics
 from gateway.policy.routing.router import Router
 from gateway.policy.tenants import ANONYMOUS, Limits, Tenant, Tenants
 from gateway.runtime.admitter import Admitter, LocalAdmission
@@ -38,6 +39,7 @@ from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
 from gateway.shared_limits.admission import SharedAdmission
+from gateway.streams.hub import Streams
 from gateway.tls import TlsFiles
 from gateway.upstream import credentials
 from gateway.workers import Seat, share
@@ -182,7 +184,8 @@ class Gateway:
                 on_failure=self.metrics.reload_failed,
                 validate=self.validate,
             )
-        self.http_api = HttpApi(self.fleet, self.service, self.metrics, s, self)
+        self.streams = Streams(s, StreamMetrics(self.metrics.registry))
+        self.http_api = HttpApi(self.fleet, self.service, self.metrics, s, self, self.streams)
         self.siblings: Siblings | None = None
         if seat is not None:
             sockets = {i: seat.socket(i) for i in seat.siblings()}
@@ -194,7 +197,7 @@ class Gateway:
             )
             if self.reloader is not None:
                 self.reloader.fan_out = seat.reload_all
-        self.grpc_servicer = grpc_api.GatewayServicer(self.fleet, self.service, s)
+        self.grpc_servicer = grpc_api.GatewayServicer(self.fleet, self.service, s, self.streams)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
         self._runner: EdgeRunner | None = None
@@ -216,7 +219,7 @@ class Gateway:
         validate_static(new)
         check_link_tls(new)
         old = self.config.gateway
-        for name in ("http", "grpc", "max_body_bytes", *RESTART_ONLY_HTTP):
+        for name in ("http", "grpc", "max_body_bytes", "streams", *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
                 raise ValueError(f"gateway.{name} changes only with a restart")
         if new.redis != self.config.redis:
@@ -349,6 +352,7 @@ class Gateway:
             stops.append(self._runner.cleanup())
         await asyncio.gather(*stops)
         await self.http_api.responses.close()  # background responses: their requests abort
+        await self.streams.detached.close()  # streams whose clients left: their requests end
         if self.siblings is not None:
             await self.siblings.stop()
         await self.scheduler.close()

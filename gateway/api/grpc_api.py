@@ -13,14 +13,17 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from gateway.api.fanout import Fanout
-from gateway.api.grpc_render import Rendering
+from gateway.api.grpc_streams import KIND, GrpcRelay, GrpcWriter, resume
 from gateway.api.grpc_tools import message_of, tools_of_request
 from gateway.api.openai.protocol import MAX_N, sampling_of
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
+from gateway.runtime.job import Job
 from gateway.runtime.service import Service
+from gateway.streams.hub import Streams
+from gateway.streams.producer import run_detached
 from gateway.types import (
     GatewayError,
     GenerationRequest,
@@ -134,10 +137,17 @@ def sampling_fields(m: pb.GenerateRequest) -> dict[str, Any]:
 
 
 class GatewayServicer(pb_grpc.GatewayServicer):
-    def __init__(self, fleet: Fleet, service: Service, settings: GatewaySettings) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        service: Service,
+        settings: GatewaySettings,
+        streams: Streams | None = None,
+    ) -> None:
         self._fleet = fleet
         self._service = service
         self.settings = settings
+        self.streams = streams
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
@@ -171,7 +181,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             return
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         gen.arm(deadline, self.settings.first_token_timeout_s)
-        r = Rendering(req)
+        relay = GrpcRelay(req)
+        writer = GrpcWriter()
+        handed = False
         try:
             batch = await gen.take()
             while batch and not gen.began:  # keep-alives while queued: HTTP/2 pings do that
@@ -179,25 +191,77 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             initial = [("x-request-id", req.request_id), *gen.headers]
             if gen.first_replica:
                 initial.append(("x-shardgate-replica", gen.first_replica))
+            if self.streams is not None:
+                kept: dict[str, str] = {}
+                relay.log = self.streams.open(gen.tenant, kept, KIND)
+                initial.extend(kept.items())
+                if relay.log is not None:
+                    relay.log.attach(writer)
             await context.send_initial_metadata(tuple(initial))
             while batch:
-                for out in r.responses(batch):
+                relay.add(batch)
+                for out in relay.take():
                     yield out
+                if writer.gone:  # another reader took the stream: it goes on for that one
+                    handed = self._detach(gen, relay, writer)
+                    await context.abort(grpc.StatusCode.ABORTED, "Another reader took the stream.")
                 batch = await gen.take()
         except GatewayError as e:
+            relay.ended = True
             await context.abort(
-                status_of(e), e.message, (*trailing(e), *usage_trailer(r.prompt, r.counted))
+                status_of(e),
+                e.message,
+                (*trailing(e), *usage_trailer(relay.prompt, relay.counted)),
             )
+        except (asyncio.CancelledError, GeneratorExit):
+            handed = handed or self._detach(gen, relay, writer)
+            raise
         finally:
-            gen.close()
+            if not handed:
+                if relay.log is not None:
+                    relay.log.detach(writer)
+                    relay.log.finish()
+                gen.close()
+
+    def _detach(self, gen: Job, relay: GrpcRelay, writer: GrpcWriter) -> bool:
+        """The caller left (or was replaced) mid-stream: the rest goes on for a reader that
+        reattaches, as for HTTP streams (gateway.detach_grace_s)."""
+        log = relay.log
+        if log is None or self.streams is None or relay.ended or gen.timed_out:
+            return False
+        log.detach(writer)
+        grace = self.settings.detach_grace_s
+        if grace <= 0 and log.reader is None:
+            return False
+        self.streams.detached.adopt(
+            run_detached(gen, relay, log, grace), f"detached-{gen.request.request_id}"
+        )
+        return True
+
+    async def Resume(
+        self, request: pb.ResumeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        if self.streams is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"No stream `{request.stream_id}`.")
+            return
+        metadata = dict(context.invocation_metadata() or ())
+        try:
+            tenant = self._service.tenants.resolve(bearer_key(metadata.get("authorization")))
+        except GatewayError as e:
+            await context.abort(status_of(e), e.message, trailing(e))
+        async for out in resume(
+            self.streams, tenant.name, request, context, self.settings.keepalive_s
+        ):
+            yield out
 
     async def _choices(
         self, fan: Fanout, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
         """n > 1: each choice's responses carry its `index`; its last one, its finish reason and
-        usage (the prompt counted in each: the total is the prompt once and every choice's)."""
+        usage (the prompt counted in each: the total is the prompt once and every choice's).
+        Such a stream is not kept for Resume."""
         req = fan.req
-        renderings = [Rendering(fan.jobs[0].request, i) for i in range(req.n)]
+        relays = [GrpcRelay(fan.jobs[0].request, i) for i in range(req.n)]
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         try:
             fan.arm(deadline, self.settings.first_token_timeout_s)
@@ -206,11 +270,13 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             )
             while fan.left:
                 index, batch = await fan.next()
-                for out in renderings[index].responses(batch):
+                relay = relays[index]
+                relay.add(batch)
+                for out in relay.take():
                     yield out
         except GatewayError as e:
-            prompt = renderings[0].prompt
-            counted = sum(r.counted for r in renderings)
+            prompt = relays[0].prompt
+            counted = sum(r.counted for r in relays)
             await context.abort(
                 status_of(e), e.message, (*trailing(e), *usage_trailer(prompt, counted))
             )

@@ -19,6 +19,7 @@ from gateway.api.anthropic.serving import AnthropicServing
 from gateway.api.error_shapes import ErrorShape, error_shape
 from gateway.api.http_errors import ClosingError
 from gateway.api.openai import encode, protocol
+from gateway.api.openai.resume import Resume
 from gateway.api.openai.serving import OpenAIServing
 from gateway.api.openai.tokenize import Tokenizing
 from gateway.api.responses.serving import ResponsesServing
@@ -28,6 +29,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.service import Service
+from gateway.streams.hub import Streams
 from gateway.types import Forbidden, GatewayError, ModelNotFound, PayloadTooLarge, Unauthorized
 
 if TYPE_CHECKING:
@@ -112,13 +114,17 @@ class HttpApi:
         metrics: GatewayMetrics,
         settings: GatewaySettings,
         gateway: Gateway | None = None,
+        streams: Streams | None = None,
     ) -> None:
         self._gateway = gateway
         self._fleet = fleet
         self._service = service
         self._metrics = metrics
         self.settings = settings
-        self.serving = OpenAIServing(service, settings)
+        self.serving = OpenAIServing(service, settings, streams)
+        self.resume = (
+            Resume(streams, service.tenants, settings.keepalive_s) if streams is not None else None
+        )
         self.tokenizing = Tokenizing(fleet, service, settings)
         self.anthropic = AnthropicServing(service, settings)
         self.counting = CountTokens(self.tokenizing)
@@ -132,6 +138,8 @@ class HttpApi:
         )
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        if self.resume is not None:
+            app.router.add_get("/v1/streams/{stream_id}", self.resume.handle)
         app.router.add_post("/v1/messages", self.messages)
         app.router.add_post("/v1/responses", self.create_response)
         app.router.add_get("/v1/responses/{response_id}", self.responses.retrieve)

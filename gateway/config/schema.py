@@ -75,6 +75,22 @@ class ResponsesSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=T
     max_event_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 << 20
 
 
+class StreamSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The stream store: streamed responses' events kept so that a client can reattach
+    (GET /v1/streams/{id}, gRPC Resume). When it is full, new streams are served without resume
+    (`x-shardgate-stream-resume: unavailable`)."""
+
+    enabled: bool = True
+    # Per process: streams kept (live and finished) and bytes of their events.
+    max_streams: Annotated[int, msgspec.Meta(gt=0)] = 10_000
+    max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 256 << 20
+    # Per stream: its newest events kept (a reader cannot start before the oldest kept).
+    max_stream_events: Annotated[int, msgspec.Meta(gt=0)] = 65_536
+    max_stream_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 << 20
+    # A finished stream is kept this long for a client to fetch its end.
+    retention_s: Seconds = 300.0
+
+
 class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     http: Listen = Listen(port=8080)
     grpc: Listen = Listen(port=50051)
@@ -118,6 +134,10 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     json_logs: bool = True
     link: LinkSettings = LinkSettings()
     responses: ResponsesSettings = ResponsesSettings()
+    # A streaming client that disconnects: its engine request keeps running this long for it
+    # (or another reader of the same tenant) to reattach; then it is aborted. 0: aborted at once.
+    detach_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    streams: StreamSettings = StreamSettings()
 
 
 class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

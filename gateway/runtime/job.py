@@ -256,6 +256,11 @@ class Job:
         if self._task is not None:
             self._task.cancel()
 
+    def handover(self) -> None:
+        """Its client side moves to the current task (a stream kept going after its client
+        left): the timer cuts that task from now on."""
+        self._task = asyncio.current_task()
+
     @property
     def began(self) -> bool:
         """An engine produced output for it (a keep-alive while queued is not output)."""

@@ -1,5 +1,7 @@
 """n > 1 on the OpenAI edge: the choices of a Fanout (gateway/api/fanout.py) rendered as one
-answer or one stream, by choice index, as vLLM's server renders them."""
+answer or one stream, by choice index, as vLLM's server renders them. A stream's events are
+kept like any stream's (a reader replays them), but a client that leaves ends it at once (no
+detached producer)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,17 @@ from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
 from gateway.runtime.service import Service
+from gateway.streams.hub import Streams
+from gateway.streams.sse import Tape
 from gateway.types import GatewayError, GenerationRequest, Logprobs, Usage
 
 
 class Choices(fanout.Fanout):
-    def __init__(self, service: Service, req: GenerationRequest, kind: str) -> None:
+    def __init__(
+        self, service: Service, req: GenerationRequest, kind: str, streams: Streams | None = None
+    ) -> None:
         super().__init__(service, req)
+        self._streams = streams
         self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
         self.tallies = [Tally() for _ in range(req.n)]
         self.answers = [Answer(req.generation.tools) for _ in range(req.n)]
@@ -62,8 +69,20 @@ class Choices(fanout.Fanout):
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """The choices' chunks as they come. The response starts with its first write: a choice
         refused before that (while queued) is the request's error response."""
+        headers = response_headers(self.jobs[0])
+        streams = self._streams
+        log = streams.open(self.jobs[0].tenant, headers) if streams is not None else None
+        try:
+            return await self._stream(request, headers, Tape(log) if log is not None else None)
+        finally:
+            if log is not None:
+                log.finish()
+
+    async def _stream(
+        self, request: web.Request, headers: dict[str, str], tape: Tape | None
+    ) -> web.StreamResponse:
         req = self.req
-        resp = SSEResponse(headers={**SSE_HEADERS, **response_headers(self.jobs[0])})
+        resp = SSEResponse(headers={**SSE_HEADERS, **headers})
         created = int(time.time())
         chat = self.kind == "chat"
         encs = [
@@ -104,7 +123,7 @@ class Choices(fanout.Fanout):
                 if buf:
                     if not resp.prepared:
                         await resp.prepare(request)
-                    await resp.write(bytes(buf))
+                    await resp.write(tape.stamp(buf) if tape is not None else bytes(buf))
                     buf.clear()
         except GatewayError as e:
             if not resp.prepared:
@@ -115,7 +134,7 @@ class Choices(fanout.Fanout):
         buf += encode.DONE
         if not resp.prepared:
             await resp.prepare(request)
-        await resp.write_eof(bytes(buf))
+        await resp.write_eof(tape.stamp(buf) if tape is not None else bytes(buf))
         return resp
 
     def _begin(self, buf: bytearray, encs: list[encode.ChunkEncoder]) -> None:

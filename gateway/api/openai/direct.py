@@ -14,6 +14,7 @@ import asyncio
 from typing import Protocol, cast
 
 from gateway.runtime.flush import FLUSHER
+from gateway.streams.sse import Tape
 from gateway.types import Delta, Logprobs
 
 # Bytes queued in the transport beyond which frames wait for the handler (and its drain).
@@ -33,29 +34,56 @@ class TokenEncoder(Protocol):
 
 
 class DirectSink:
-    __slots__ = ("_buf", "_chunked", "_dirty", "_enc", "_tally", "_transport")
+    __slots__ = (
+        "_buf",
+        "_chunked",
+        "_dirty",
+        "_enc",
+        "_seq",
+        "_starts",
+        "_tally",
+        "_tape",
+        "_transport",
+    )
 
     def __init__(
-        self, transport: asyncio.BaseTransport, chunked: bool, enc: TokenEncoder, tally: Counter
+        self,
+        transport: asyncio.BaseTransport,
+        chunked: bool,
+        enc: TokenEncoder,
+        tally: Counter,
+        tape: Tape | None = None,
     ) -> None:
         self._transport = cast(asyncio.WriteTransport, transport)
         self._chunked = chunked
         self._enc = enc
         self._tally = tally
+        self._tape = tape  # a kept stream's: each frame gets its id and is kept
+        self._seq = 0  # (a kept stream's: the next frame's number)
+        self._starts: list[int] = []  # (a kept stream's: where each buffered frame starts)
         self._buf = bytearray()
         self._dirty = False  # holds frames, and is on the flusher's list
 
     def __call__(self, d: Delta) -> bool:
         if d.finish or d.parsed or not (d.token_ids or d.text):
             return False
+        tape = self._tape
         if not self._dirty:  # the first frame of this message: is the client keeping up?
             t = self._transport
             if t.is_closing() or t.get_write_buffer_size() > HIGH_WATER:
                 return False
             self._dirty = True
             FLUSHER.dirty.append(self)
+            if tape is not None:
+                self._seq = tape.log.next_seq
         self._tally.add(d)
-        self._enc.token_chunk_into(self._buf, d.text, d.logprobs)
+        buf = self._buf
+        if tape is not None:  # its id first
+            self._starts.append(len(buf))
+            buf += tape.prefix
+            buf += b"%d\n" % self._seq
+            self._seq += 1
+        self._enc.token_chunk_into(buf, d.text, d.logprobs)
         return True
 
     def flush(self) -> None:
@@ -65,7 +93,21 @@ class DirectSink:
         if not buf:
             return
         t = self._transport
-        if not t.is_closing():
+        starts = self._starts
+        if starts:  # a kept stream's frames: kept even if the client left (numbered from the
+            # log's next, in order: the request's handler flushes this sink before it numbers
+            # its own events)
+            assert self._tape is not None
+            data = bytes(buf)
+            if len(starts) == 1:
+                self._tape.log.append(data)
+            else:
+                ends = [*starts[1:], len(data)]
+                self._tape.log.extend([data[a:b] for a, b in zip(starts, ends, strict=True)])
+            starts.clear()
+            if not t.is_closing():
+                t.write(b"".join((b"%x\r\n" % len(data), data, b"\r\n")) if self._chunked else data)
+        elif not t.is_closing():
             # New bytes either way: the transport may keep what it is given.
             t.write(b"".join((b"%x\r\n" % len(buf), buf, b"\r\n")) if self._chunked else bytes(buf))
         buf.clear()

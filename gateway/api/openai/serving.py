@@ -10,10 +10,12 @@ from aiohttp import web
 
 from gateway.api.body import read_body
 from gateway.api.openai import encode
-from gateway.api.openai.answer import Answer, delta_of, message_of
+from gateway.api.openai.answer import Answer, message_of
 from gateway.api.openai.choices import Choices
+from gateway.api.openai.detach import Writer
 from gateway.api.openai.direct import DirectSink
 from gateway.api.openai.logprobs import formatter
+from gateway.api.openai.relay import Relay
 from gateway.api.openai.sse import (
     KEEPALIVE,
     SSE_HEADERS,
@@ -26,6 +28,10 @@ from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
+from gateway.streams.hub import Streams
+from gateway.streams.producer import run_detached
+from gateway.streams.sse import Tape
+from gateway.streams.store import StreamLog
 from gateway.types import (
     Delta,
     GatewayError,
@@ -47,9 +53,12 @@ __all__ = [
 
 
 class OpenAIServing:
-    def __init__(self, service: Service, settings: GatewaySettings) -> None:
+    def __init__(
+        self, service: Service, settings: GatewaySettings, streams: Streams | None = None
+    ) -> None:
         self._service = service
         self.settings = settings
+        self.streams = streams
 
     async def generate(
         self, request: web.Request, rid: str, decode: Decode, kind: encode.ChunkKind
@@ -65,7 +74,7 @@ class OpenAIServing:
         key = bearer_key(headers.get("Authorization"))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         if req.n > 1:
-            choices = Choices(self._service, req, kind)
+            choices = Choices(self._service, req, kind, self.streams)
             try:
                 await choices.submit(key)
                 choices.arm(deadline, self.settings.first_token_timeout_s)
@@ -76,10 +85,10 @@ class OpenAIServing:
                 await choices.close()
         gen = await self._service.submit(req, key)
         gen.arm(deadline, self.settings.first_token_timeout_s)
+        if req.stream:
+            return await self._stream(request, gen, kind)  # (it closes the job)
         try:
             batch = await gen.take()
-            if req.stream:
-                return await self._stream(request, gen, kind, batch)
             while batch and not gen.began:  # keep-alives while queued: nothing to say yet
                 batch = await gen.take()
             return await self._unary(gen, kind, batch, response_headers(gen))
@@ -113,68 +122,102 @@ class OpenAIServing:
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _stream(
-        self, request: web.Request, gen: Job, kind: encode.ChunkKind, batch: list[Delta]
+        self, request: web.Request, gen: Job, kind: encode.ChunkKind
     ) -> web.StreamResponse:
         """Streams the generation (the job's timer ends it with an error event if it runs past
         its deadline). A request still queued when its keep-alive is due gets its headers and
-        `: keep-alive` comments only; the role chunk leaves with its first token."""
-        req = gen.request
-        headers = response_headers(gen)
-        resp = SSEResponse(headers={**SSE_HEADERS, **headers})
-        await resp.prepare(request)
-        buf = bytearray()
-        tally = Tally()
-        answer = Answer(req.generation.tools)
-        fmt = formatter(kind == "chat", req.sampling.logprobs)
-        enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind, fmt)
+        `: keep-alive` comments only; the role chunk leaves with its first token. A stream the
+        store keeps goes on without its client for `detach_grace_s` (run_detached)."""
+        log: StreamLog | None = None
+        writer = Writer(request)
+        handed = False
+        try:
+            batch = await gen.take()
+            req = gen.request
+            headers = response_headers(gen)
+            if self.streams is not None:
+                log = self.streams.open(gen.tenant, headers)
+            fmt = formatter(kind == "chat", req.sampling.logprobs)
+            enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind, fmt)
+            tape = Tape(log) if log is not None else None
+            relay = Relay(req, enc, Tally(), Answer(req.generation.tools), tape)
+            if log is not None:
+                log.attach(writer)
+            resp = SSEResponse(headers={**SSE_HEADERS, **headers})
+            await resp.prepare(request)
+            try:
+                return await self._write(request, resp, gen, relay, batch, headers)
+            except (asyncio.CancelledError, ConnectionResetError) as e:
+                handed = self._detach(request, gen, relay, log, writer)
+                if handed and isinstance(e, ConnectionResetError):
+                    return resp
+                raise
+        finally:
+            if not handed:
+                if log is not None:
+                    log.detach(writer)  # (its connection may serve another request next)
+                    log.finish()
+                gen.close()
+
+    def _detach(
+        self, request: web.Request, gen: Job, relay: Relay, log: StreamLog | None, writer: Writer
+    ) -> bool:
+        """The client left mid-stream: hand the rest to a detached producer when the stream is
+        kept and someone may reattach (a grace, or a reader that replaced this client)."""
+        if log is None or self.streams is None or not relay.begun or relay.ended or gen.timed_out:
+            return False
+        transport = request.transport
+        if transport is not None and not transport.is_closing():
+            return False  # cancelled for another reason (the gateway stops)
+        log.detach(writer)
+        grace = self.settings.detach_grace_s
+        if grace <= 0 and log.reader is None:
+            return False  # today's behaviour: the engine request is aborted at once
+        gen.out.sink = None
+        self.streams.detached.adopt(
+            run_detached(gen, relay, log, grace), f"detached-{gen.request.request_id}"
+        )
+        return True
+
+    async def _write(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        gen: Job,
+        relay: Relay,
+        batch: list[Delta],
+        headers: dict[str, str],
+    ) -> web.StreamResponse:
+        enc, buf = relay.enc, relay.buf
         if batch and not gen.began:
             try:
                 batch = await self._wait_queued(resp, gen, batch)
             except GatewayError as e:  # refused while queued, after the head left
-                return await self._end_with(resp, req, enc, buf, tally, e)
+                relay.error(e)
+                await resp.write_eof(relay.take())
+                return resp
             if gen.first_replica and "x-shardgate-replica" not in headers:
                 # The head left before a replica took it: named here instead.
                 buf += b": x-shardgate-replica: %s\n\n" % gen.first_replica.encode()
-        buf += enc.role_chunk()
-        if req.echo:  # completions: the prompt first, as vLLM streams it
-            enc.token_chunk_into(buf, req.prompt or "")
+        relay.begin()
         transport = request.transport
         sink = None
         if self.settings.direct_writes and transport is not None:
             chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
-            sink = DirectSink(transport, chunked, enc, tally)
+            sink = DirectSink(transport, chunked, enc, relay.tally, relay.tape)
         try:
             try:
-                await self._relay(resp, gen, enc, batch, buf, tally, sink, answer)
+                await self._relay(resp, gen, relay, batch, sink)
             finally:
                 gen.out.sink = None
                 if sink is not None:
                     sink.flush()
         except GatewayError as e:
-            return await self._end_with(resp, req, enc, buf, tally, e)
-        enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
-        if req.include_usage:
-            enc.usage_chunk_into(buf, tally.usage())
-        buf += encode.DONE
-        await resp.write_eof(bytes(buf))  # one send() with the chunked terminator
-        return resp
-
-    @staticmethod
-    async def _end_with(
-        resp: web.StreamResponse,
-        req: GenerationRequest,
-        enc: encode.ChunkEncoder,
-        buf: bytearray,
-        tally: Tally,
-        e: GatewayError,
-    ) -> web.StreamResponse:
-        """The stream already started: the error travels as an SSE event, with the usage so
-        far when the client asked for usage."""
-        buf += enc.error_event(e.message, e.type, e.status)
-        if req.include_usage:
-            enc.usage_chunk_into(buf, tally.usage())
-        buf += encode.DONE
-        await resp.write_eof(bytes(buf))
+            relay.error(e)
+            await resp.write_eof(relay.take())
+            return resp
+        relay.end()
+        await resp.write_eof(relay.take())  # one send() with the chunked terminator
         return resp
 
     @staticmethod
@@ -190,12 +233,9 @@ class OpenAIServing:
     async def _relay(
         resp: web.StreamResponse,
         gen: Job,
-        enc: encode.ChunkEncoder,
+        relay: Relay,
         batch: list[Delta],
-        buf: bytearray,
-        tally: Tally,
         sink: DirectSink | None,
-        answer: Answer,
     ) -> None:
         """Write the generation's chunks as they come: straight from the link reader through
         the sink while the client keeps up, here (awaiting the socket) when it does not."""
@@ -204,21 +244,9 @@ class OpenAIServing:
         while batch:
             if sink is not None:
                 sink.flush()  # frames it buffered go out before anything written here
-            for d in batch:
-                if d.parsed:  # an answer its engine parsed: its pieces, not the raw text
-                    delta = delta_of(answer.add(d.parsed))
-                    if delta is None and d.logprobs:  # nothing to say, but its logprobs (as vLLM)
-                        delta = {}
-                    if delta is not None:
-                        enc.delta_chunk_into(buf, delta, d.logprobs)
-                elif d.token_ids or d.text:
-                    enc.token_chunk_into(buf, d.text, d.logprobs)
-                elif not d.finish and not d.prompt_tokens:
-                    buf += KEEPALIVE  # waiting in a queue: keep the connection alive
-                tally.add(d)
-            if buf:
-                await resp.write(bytes(buf))
-                buf.clear()
+            relay.add(batch)
+            if relay.buf:
+                await resp.write(relay.take())
                 wrote = True
             if sink is not None and wrote:
                 out.sink = sink  # everything taken is written: later tokens may go direct

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ashardgate/v1/gateway.proto\x12\x0cshardgate.v1\"\x80\x01\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12*\n\ntool_calls\x18\x03 \x03(\x0b\x32\x16.shardgate.v1.ToolCall\x12\x19\n\x0ctool_call_id\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x0f\n\r_tool_call_id\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"=\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x12\n\nparameters\x18\x03 \x01(\t\"3\n\x08Messages\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.shardgate.v1.Message\"\xe0\t\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12&\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x16.shardgate.v1.MessagesH\x00\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x18\n\x0btemperature\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x06 \x01(\x02H\x02\x88\x01\x01\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x03\x88\x01\x01\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x12\n\nignore_eos\x18\t \x01(\x08\x12\x15\n\x08priority\x18\n \x01(\x05H\x04\x88\x01\x01\x12\x12\n\nrequest_id\x18\x0b \x01(\t\x12\x12\n\nsession_id\x18\x0c \x01(\t\x12\x12\n\x05top_k\x18\r \x01(\x05H\x05\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x0e \x01(\x02H\x06\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x0f \x01(\x02H\x07\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x10 \x01(\x02H\x08\x88\x01\x01\x12\x12\n\x05min_p\x18\x11 \x01(\x02H\t\x88\x01\x01\x12@\n\nlogit_bias\x18\x12 \x03(\x0b\x32,.shardgate.v1.GenerateRequest.LogitBiasEntry\x12\x16\n\x0estop_token_ids\x18\x13 \x03(\x05\x12\x17\n\nmin_tokens\x18\x14 \x01(\x05H\n\x88\x01\x01\x12\x11\n\tbad_words\x18\x15 \x03(\t\x12\x19\n\x11\x61llowed_token_ids\x18\x16 \x03(\x05\x12\'\n\x1ainclude_stop_str_in_output\x18\x17 \x01(\x08H\x0b\x88\x01\x01\x12 \n\x13skip_special_tokens\x18\x18 \x01(\x08H\x0c\x88\x01\x01\x12*\n\x1dspaces_between_special_tokens\x18\x19 \x01(\x08H\r\x88\x01\x01\x12;\n\x12structured_outputs\x18\x1a \x01(\x0b\x32\x1f.shardgate.v1.StructuredOutputs\x12!\n\x05tools\x18\x1b \x03(\x0b\x32\x12.shardgate.v1.Tool\x12\x13\n\x0btool_choice\x18\x1c \x01(\t\x12\x1c\n\x14tool_choice_function\x18\x1d \x01(\t\x12 \n\x13parallel_tool_calls\x18\x1e \x01(\x08H\x0e\x88\x01\x01\x12\x15\n\x08logprobs\x18\x1f \x01(\x05H\x0f\x88\x01\x01\x12\x0e\n\x01n\x18  \x01(\x05H\x10\x88\x01\x01\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05inputB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x0b\n\t_priorityB\x08\n\x06_top_kB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x08\n\x06_min_pB\r\n\x0b_min_tokensB\x1d\n\x1b_include_stop_str_in_outputB\x16\n\x14_skip_special_tokensB \n\x1e_spaces_between_special_tokensB\x16\n\x14_parallel_tool_callsB\x0b\n\t_logprobsB\x04\n\x02_n\"\x8f\x01\n\x11StructuredOutputs\x12\x0e\n\x04json\x18\x01 \x01(\tH\x00\x12\x0f\n\x05regex\x18\x02 \x01(\tH\x00\x12\'\n\x06\x63hoice\x18\x03 \x01(\x0b\x32\x15.shardgate.v1.ChoicesH\x00\x12\x11\n\x07grammar\x18\x04 \x01(\tH\x00\x12\x15\n\x0bjson_object\x18\x05 \x01(\x08H\x00\x42\x06\n\x04kind\"\x1a\n\x07\x43hoices\x12\x0f\n\x07\x63hoices\x18\x01 \x03(\t\"f\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x05\x12\x15\n\rcached_tokens\x18\x04 \x01(\x05\"\xe1\x01\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\"\n\x05usage\x18\x04 \x01(\x0b\x32\x13.shardgate.v1.Usage\x12\r\n\x05model\x18\x05 \x01(\t\x12$\n\x06parsed\x18\x06 \x01(\x0b\x32\x14.shardgate.v1.Parsed\x12-\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1b.shardgate.v1.TokenLogprobs\x12\r\n\x05index\x18\n \x01(\x05\"\x81\x01\n\x06Parsed\x12\x14\n\x07\x63ontent\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\treasoning\x18\x02 \x01(\tH\x01\x88\x01\x01\x12/\n\ntool_calls\x18\x03 \x03(\x0b\x32\x1b.shardgate.v1.ToolCallDeltaB\n\n\x08_contentB\x0c\n\n_reasoning\"x\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x02id\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x11\n\x04name\x18\x03 \x01(\tH\x01\x88\x01\x01\x12\x16\n\targuments\x18\x04 \x01(\tH\x02\x88\x01\x01\x42\x05\n\x03_idB\x07\n\x05_nameB\x0c\n\n_arguments\"<\n\rTokenLogprobs\x12+\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1a.shardgate.v1.TokenLogprob\"@\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"\x13\n\x11ListModelsRequest\"<\n\x05Model\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x01(\x05\"9\n\x12ListModelsResponse\x12#\n\x06models\x18\x01 \x03(\x0b\x32\x13.shardgate.v1.Model2\xa7\x01\n\x07Gateway\x12K\n\x08Generate\x12\x1d.shardgate.v1.GenerateRequest\x1a\x1e.shardgate.v1.GenerateResponse0\x01\x12O\n\nListModels\x12\x1f.shardgate.v1.ListModelsRequest\x1a .shardgate.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ashardgate/v1/gateway.proto\x12\x0cshardgate.v1\"5\n\rResumeRequest\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x04\"\x80\x01\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12*\n\ntool_calls\x18\x03 \x03(\x0b\x32\x16.shardgate.v1.ToolCall\x12\x19\n\x0ctool_call_id\x18\x04 \x01(\tH\x00\x88\x01\x01\x42\x0f\n\r_tool_call_id\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"=\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x12\n\nparameters\x18\x03 \x01(\t\"3\n\x08Messages\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.shardgate.v1.Message\"\xe0\t\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12&\n\x04\x63hat\x18\x03 \x01(\x0b\x32\x16.shardgate.v1.MessagesH\x00\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x18\n\x0btemperature\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x06 \x01(\x02H\x02\x88\x01\x01\x12\x11\n\x04seed\x18\x07 \x01(\x04H\x03\x88\x01\x01\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x12\n\nignore_eos\x18\t \x01(\x08\x12\x15\n\x08priority\x18\n \x01(\x05H\x04\x88\x01\x01\x12\x12\n\nrequest_id\x18\x0b \x01(\t\x12\x12\n\nsession_id\x18\x0c \x01(\t\x12\x12\n\x05top_k\x18\r \x01(\x05H\x05\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x0e \x01(\x02H\x06\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x0f \x01(\x02H\x07\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x10 \x01(\x02H\x08\x88\x01\x01\x12\x12\n\x05min_p\x18\x11 \x01(\x02H\t\x88\x01\x01\x12@\n\nlogit_bias\x18\x12 \x03(\x0b\x32,.shardgate.v1.GenerateRequest.LogitBiasEntry\x12\x16\n\x0estop_token_ids\x18\x13 \x03(\x05\x12\x17\n\nmin_tokens\x18\x14 \x01(\x05H\n\x88\x01\x01\x12\x11\n\tbad_words\x18\x15 \x03(\t\x12\x19\n\x11\x61llowed_token_ids\x18\x16 \x03(\x05\x12\'\n\x1ainclude_stop_str_in_output\x18\x17 \x01(\x08H\x0b\x88\x01\x01\x12 \n\x13skip_special_tokens\x18\x18 \x01(\x08H\x0c\x88\x01\x01\x12*\n\x1dspaces_between_special_tokens\x18\x19 \x01(\x08H\r\x88\x01\x01\x12;\n\x12structured_outputs\x18\x1a \x01(\x0b\x32\x1f.shardgate.v1.StructuredOutputs\x12!\n\x05tools\x18\x1b \x03(\x0b\x32\x12.shardgate.v1.Tool\x12\x13\n\x0btool_choice\x18\x1c \x01(\t\x12\x1c\n\x14tool_choice_function\x18\x1d \x01(\t\x12 \n\x13parallel_tool_calls\x18\x1e \x01(\x08H\x0e\x88\x01\x01\x12\x15\n\x08logprobs\x18\x1f \x01(\x05H\x0f\x88\x01\x01\x12\x0e\n\x01n\x18  \x01(\x05H\x10\x88\x01\x01\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05inputB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x07\n\x05_seedB\x0b\n\t_priorityB\x08\n\x06_top_kB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x08\n\x06_min_pB\r\n\x0b_min_tokensB\x1d\n\x1b_include_stop_str_in_outputB\x16\n\x14_skip_special_tokensB \n\x1e_spaces_between_special_tokensB\x16\n\x14_parallel_tool_callsB\x0b\n\t_logprobsB\x04\n\x02_n\"\x8f\x01\n\x11StructuredOutputs\x12\x0e\n\x04json\x18\x01 \x01(\tH\x00\x12\x0f\n\x05regex\x18\x02 \x01(\tH\x00\x12\'\n\x06\x63hoice\x18\x03 \x01(\x0b\x32\x15.shardgate.v1.ChoicesH\x00\x12\x11\n\x07grammar\x18\x04 \x01(\tH\x00\x12\x15\n\x0bjson_object\x18\x05 \x01(\x08H\x00\x42\x06\n\x04kind\"\x1a\n\x07\x43hoices\x12\x0f\n\x07\x63hoices\x18\x01 \x03(\t\"f\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x05\x12\x15\n\rcached_tokens\x18\x04 \x01(\x05\"\x81\x02\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\rfinish_reason\x18\x03 \x01(\t\x12\"\n\x05usage\x18\x04 \x01(\x0b\x32\x13.shardgate.v1.Usage\x12\r\n\x05model\x18\x05 \x01(\t\x12$\n\x06parsed\x18\x06 \x01(\x0b\x32\x14.shardgate.v1.Parsed\x12-\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1b.shardgate.v1.TokenLogprobs\x12\x11\n\tstream_id\x18\x08 \x01(\t\x12\x0b\n\x03seq\x18\t \x01(\x04\x12\r\n\x05index\x18\n \x01(\x05\"\x81\x01\n\x06Parsed\x12\x14\n\x07\x63ontent\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\treasoning\x18\x02 \x01(\tH\x01\x88\x01\x01\x12/\n\ntool_calls\x18\x03 \x03(\x0b\x32\x1b.shardgate.v1.ToolCallDeltaB\n\n\x08_contentB\x0c\n\n_reasoning\"x\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x02id\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x11\n\x04name\x18\x03 \x01(\tH\x01\x88\x01\x01\x12\x16\n\targuments\x18\x04 \x01(\tH\x02\x88\x01\x01\x42\x05\n\x03_idB\x07\n\x05_nameB\x0c\n\n_arguments\"<\n\rTokenLogprobs\x12+\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1a.shardgate.v1.TokenLogprob\"@\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x02\"\x13\n\x11ListModelsRequest\"<\n\x05Model\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rmax_model_len\x18\x02 \x01(\x05\x12\x10\n\x08replicas\x18\x03 \x01(\x05\"9\n\x12ListModelsResponse\x12#\n\x06models\x18\x01 \x03(\x0b\x32\x13.shardgate.v1.Model2\xf0\x01\n\x07Gateway\x12K\n\x08Generate\x12\x1d.shardgate.v1.GenerateRequest\x1a\x1e.shardgate.v1.GenerateResponse0\x01\x12O\n\nListModels\x12\x1f.shardgate.v1.ListModelsRequest\x1a .shardgate.v1.ListModelsResponse\x12G\n\x06Resume\x12\x1b.shardgate.v1.ResumeRequest\x1a\x1e.shardgate.v1.GenerateResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,40 +33,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GENERATEREQUEST_LOGITBIASENTRY']._loaded_options = None
   _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_options = b'8\001'
-  _globals['_MESSAGE']._serialized_start=45
-  _globals['_MESSAGE']._serialized_end=173
-  _globals['_TOOLCALL']._serialized_start=175
-  _globals['_TOOLCALL']._serialized_end=230
-  _globals['_TOOL']._serialized_start=232
-  _globals['_TOOL']._serialized_end=293
-  _globals['_MESSAGES']._serialized_start=295
-  _globals['_MESSAGES']._serialized_end=346
-  _globals['_GENERATEREQUEST']._serialized_start=349
-  _globals['_GENERATEREQUEST']._serialized_end=1597
-  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_start=1259
-  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_end=1307
-  _globals['_STRUCTUREDOUTPUTS']._serialized_start=1600
-  _globals['_STRUCTUREDOUTPUTS']._serialized_end=1743
-  _globals['_CHOICES']._serialized_start=1745
-  _globals['_CHOICES']._serialized_end=1771
-  _globals['_USAGE']._serialized_start=1773
-  _globals['_USAGE']._serialized_end=1875
-  _globals['_GENERATERESPONSE']._serialized_start=1878
-  _globals['_GENERATERESPONSE']._serialized_end=2103
-  _globals['_PARSED']._serialized_start=2106
-  _globals['_PARSED']._serialized_end=2235
-  _globals['_TOOLCALLDELTA']._serialized_start=2237
-  _globals['_TOOLCALLDELTA']._serialized_end=2357
-  _globals['_TOKENLOGPROBS']._serialized_start=2359
-  _globals['_TOKENLOGPROBS']._serialized_end=2419
-  _globals['_TOKENLOGPROB']._serialized_start=2421
-  _globals['_TOKENLOGPROB']._serialized_end=2485
-  _globals['_LISTMODELSREQUEST']._serialized_start=2487
-  _globals['_LISTMODELSREQUEST']._serialized_end=2506
-  _globals['_MODEL']._serialized_start=2508
-  _globals['_MODEL']._serialized_end=2568
-  _globals['_LISTMODELSRESPONSE']._serialized_start=2570
-  _globals['_LISTMODELSRESPONSE']._serialized_end=2627
-  _globals['_GATEWAY']._serialized_start=2630
-  _globals['_GATEWAY']._serialized_end=2797
+  _globals['_RESUMEREQUEST']._serialized_start=44
+  _globals['_RESUMEREQUEST']._serialized_end=97
+  _globals['_MESSAGE']._serialized_start=100
+  _globals['_MESSAGE']._serialized_end=228
+  _globals['_TOOLCALL']._serialized_start=230
+  _globals['_TOOLCALL']._serialized_end=285
+  _globals['_TOOL']._serialized_start=287
+  _globals['_TOOL']._serialized_end=348
+  _globals['_MESSAGES']._serialized_start=350
+  _globals['_MESSAGES']._serialized_end=401
+  _globals['_GENERATEREQUEST']._serialized_start=404
+  _globals['_GENERATEREQUEST']._serialized_end=1652
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_start=1314
+  _globals['_GENERATEREQUEST_LOGITBIASENTRY']._serialized_end=1362
+  _globals['_STRUCTUREDOUTPUTS']._serialized_start=1655
+  _globals['_STRUCTUREDOUTPUTS']._serialized_end=1798
+  _globals['_CHOICES']._serialized_start=1800
+  _globals['_CHOICES']._serialized_end=1826
+  _globals['_USAGE']._serialized_start=1828
+  _globals['_USAGE']._serialized_end=1930
+  _globals['_GENERATERESPONSE']._serialized_start=1933
+  _globals['_GENERATERESPONSE']._serialized_end=2190
+  _globals['_PARSED']._serialized_start=2193
+  _globals['_PARSED']._serialized_end=2322
+  _globals['_TOOLCALLDELTA']._serialized_start=2324
+  _globals['_TOOLCALLDELTA']._serialized_end=2444
+  _globals['_TOKENLOGPROBS']._serialized_start=2446
+  _globals['_TOKENLOGPROBS']._serialized_end=2506
+  _globals['_TOKENLOGPROB']._serialized_start=2508
+  _globals['_TOKENLOGPROB']._serialized_end=2572
+  _globals['_LISTMODELSREQUEST']._serialized_start=2574
+  _globals['_LISTMODELSREQUEST']._serialized_end=2593
+  _globals['_MODEL']._serialized_start=2595
+  _globals['_MODEL']._serialized_end=2655
+  _globals['_LISTMODELSRESPONSE']._serialized_start=2657
+  _globals['_LISTMODELSRESPONSE']._serialized_end=2714
+  _globals['_GATEWAY']._serialized_start=2717
+  _globals['_GATEWAY']._serialized_end=2957
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ResumeRequest(_message.Message):
+    __slots__ = ("stream_id", "after_seq")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    stream_id: str
+    after_seq: int
+    def __init__(self, stream_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
 class Message(_message.Message):
     __slots__ = ("role", "content", "tool_calls", "tool_call_id")
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -152,7 +160,7 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("token_ids", "text", "finish_reason", "usage", "model", "parsed", "logprobs", "index")
+    __slots__ = ("token_ids", "text", "finish_reason", "usage", "model", "parsed", "logprobs", "stream_id", "seq", "index")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +168,8 @@ class GenerateResponse(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PARSED_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
@@ -168,8 +178,10 @@ class GenerateResponse(_message.Message):
     model: str
     parsed: Parsed
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprobs]
+    stream_id: str
+    seq: int
     index: int
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., model: _Optional[str] = ..., parsed: _Optional[_Union[Parsed, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., index: _Optional[int] = ...) -> None: ...
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., model: _Optional[str] = ..., parsed: _Optional[_Union[Parsed, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ..., stream_id: _Optional[str] = ..., seq: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
 
 class Parsed(_message.Message):
     __slots__ = ("content", "reasoning", "tool_calls")

@@ -44,6 +44,11 @@ class GatewayStub:
                 request_serializer=shardgate_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=shardgate_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.Resume = channel.unary_stream(
+                '/shardgate.v1.Gateway/Resume',
+                request_serializer=shardgate_dot_v1_dot_gateway__pb2.ResumeRequest.SerializeToString,
+                response_deserializer=shardgate_dot_v1_dot_gateway__pb2.GenerateResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -62,6 +67,15 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Resume(self, request, context):
+        """Reattaches to a kept stream of the caller's tenant: its responses after `after_seq`, then
+        the new ones as they come (NOT_FOUND: no such stream of this tenant; OUT_OF_RANGE: those
+        responses are no longer kept). A new reader replaces the one before (ABORTED for it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +88,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=shardgate_dot_v1_dot_gateway__pb2.ListModelsRequest.FromString,
                     response_serializer=shardgate_dot_v1_dot_gateway__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'Resume': grpc.unary_stream_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=shardgate_dot_v1_dot_gateway__pb2.ResumeRequest.FromString,
+                    response_serializer=shardgate_dot_v1_dot_gateway__pb2.GenerateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +149,33 @@ class Gateway:
             '/shardgate.v1.Gateway/ListModels',
             shardgate_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
             shardgate_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/shardgate.v1.Gateway/Resume',
+            shardgate_dot_v1_dot_gateway__pb2.ResumeRequest.SerializeToString,
+            shardgate_dot_v1_dot_gateway__pb2.GenerateResponse.FromString,
             options,
             channel_credentials,
             insecure,

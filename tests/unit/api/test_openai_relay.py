@@ -8,9 +8,10 @@ from typing import Any
 from gateway.api.openai.answer import Answer
 from gateway.api.openai.direct import DirectSink
 from gateway.api.openai.encode import ChunkEncoder
+from gateway.api.openai.relay import Relay
 from gateway.api.openai.serving import OpenAIServing, Tally
 from gateway.runtime.stream import ResponseStream
-from gateway.types import Delta
+from gateway.types import Delta, GenerationRequest, Sampling
 
 
 class Transport:
@@ -52,8 +53,9 @@ async def test_the_sink_waits_for_the_first_write() -> None:
     gen = Gen([[Delta([7], "a")]])
     resp = Response()
     first = [Delta([], "", prompt_tokens=5)]  # the prompt's count, no text yet
-    answer = Answer(None)
-    await OpenAIServing._relay(resp, gen, enc, first, bytearray(), Tally(), sink, answer)  # type: ignore[arg-type]
+    req = GenerationRequest("id", "m", Sampling(max_tokens=4))
+    relay = Relay(req, enc, Tally(), Answer(None), None)
+    await OpenAIServing._relay(resp, gen, relay, first, sink)  # type: ignore[arg-type]
     # Nothing written after the first batch: the sink was not handed out then.
     assert gen.sink_at_take == [None, sink]
     assert len(resp.writes) == 1 and b'"text":"a"' in resp.writes[0]

@@ -1,0 +1,142 @@
+"""The gRPC API's kept streams: each GenerateResponse numbered (`stream_id`, `seq`) and kept
+serialized in the stream's log; Resume replays them after `after_seq` and follows live."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+from shardgate.v1 import gateway_pb2 as pb
+
+from gateway.api.grpc_tools import fill_parsed
+from gateway.api.openai.answer import Answer
+from gateway.api.openai.resume import Follower
+from gateway.streams.hub import Streams
+from gateway.streams.store import StreamLog
+from gateway.types import FINISH_REASON, Delta, GatewayError, GenerationRequest, Logprobs
+
+KIND = "grpc"
+
+
+def fill_logprobs(out: pb.GenerateResponse, lps: list[Logprobs]) -> None:
+    for lp in lps:
+        entries = out.logprobs.add().entries
+        for token_id, token, logprob in zip(lp.ids, lp.tokens, lp.logprobs, strict=True):
+            entries.add(token_id=token_id, token=token, logprob=logprob)
+
+
+class GrpcRelay:
+    """A generation's responses, from its deltas (see run_detached's Encoder)."""
+
+    __slots__ = ("answer", "cached", "counted", "ended", "index", "log", "out", "prompt", "req")
+
+    def __init__(self, req: GenerationRequest, index: int = 0) -> None:
+        """`index`: the choice its responses are of (n > 1)."""
+        self.req = req
+        self.index = index
+        self.answer = Answer(req.generation.tools)
+        self.counted = 0
+        self.prompt = 0
+        self.cached = 0
+        self.log: StreamLog | None = None
+        self.out: list[pb.GenerateResponse] = []
+        self.ended = False
+
+    def add(self, batch: list[Delta]) -> None:
+        log = self.log
+        for d in batch:
+            self.counted += len(d.token_ids)
+            if d.prompt_tokens:
+                self.prompt, self.cached = d.prompt_tokens, d.cached_tokens
+            if not (d.token_ids or d.text or d.finish or d.prompt_tokens):
+                continue  # a keep-alive while queued: HTTP/2 pings do that here
+            out = pb.GenerateResponse(token_ids=d.token_ids, text=d.text)
+            if self.index:
+                out.index = self.index
+            if d.logprobs:
+                fill_logprobs(out, d.logprobs)
+            if d.parsed:
+                fill_parsed(out, self.answer.add(d.parsed))
+            if d.finish:
+                self.ended = True
+                completion = d.completion_tokens or self.counted
+                reason = FINISH_REASON.get(d.finish, "stop")
+                out.finish_reason = self.answer.finish_reason(reason, whole=False)
+                out.model = self.req.served_model
+                out.usage.prompt_tokens = self.prompt
+                out.usage.completion_tokens = completion
+                out.usage.total_tokens = self.prompt + completion
+                out.usage.cached_tokens = self.cached
+            if log is not None:
+                out.stream_id = log.sid
+                out.seq = log.next_seq
+                log.append(out.SerializeToString())
+            self.out.append(out)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def error(self, e: GatewayError) -> None:
+        self.ended = True  # (a status, not a response: a reader learns it from the log's end)
+
+    def take(self) -> list[pb.GenerateResponse]:
+        out, self.out = self.out, []
+        return out
+
+
+class GrpcWriter:
+    """The stream's own caller, as its first reader: `gone` once another reader took it."""
+
+    __slots__ = ("gone",)
+
+    def __init__(self) -> None:
+        self.gone = False
+
+    def replaced(self) -> None:
+        self.gone = True
+
+
+async def resume(
+    streams: Streams,
+    tenant: str,
+    request: pb.ResumeRequest,
+    context: grpc.aio.ServicerContext[pb.ResumeRequest, pb.GenerateResponse],
+    wait_s: float,
+) -> AsyncIterator[pb.GenerateResponse]:
+    log = streams.store.get(request.stream_id, tenant, KIND)
+    if log is None:
+        await context.abort(grpc.StatusCode.NOT_FOUND, f"No stream `{request.stream_id}`.")
+        return
+    after = request.after_seq
+    events = log.since(after)
+    if events is None:
+        await context.abort(
+            grpc.StatusCode.OUT_OF_RANGE, f"Responses up to {log.first - 1} are no longer kept."
+        )
+        return
+    follower = Follower()
+    log.attach(follower)
+    streams.resumed("grpc")
+    try:
+        while True:
+            if events is None:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "The stream is no longer kept.")
+                return
+            for ev in events:
+                yield pb.GenerateResponse.FromString(ev)
+            after += len(events)
+            if follower.gone:
+                await context.abort(grpc.StatusCode.ABORTED, "Another reader took the stream.")
+            if log.finished and after + 1 >= log.next_seq:
+                break
+            changed = log.changed()
+            events = log.since(after)
+            if events == []:
+                await asyncio.wait({changed}, timeout=wait_s)
+                events = log.since(after)
+    finally:
+        log.detach(follower)
+    tail = log.events[-1] if log.events else b""
+    if not tail or not pb.GenerateResponse.FromString(tail).finish_reason:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "The stream ended before its end.")

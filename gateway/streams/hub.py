@@ -1,0 +1,46 @@
+"""What the API edges share about kept streams: the store, the owner of detached producers,
+the grace a detached producer gets, and the metrics."""
+
+from __future__ import annotations
+
+from gateway.config.schema import GatewaySettings
+from gateway.observability.stream_metrics import StreamMetrics
+from gateway.streams.detached import Detached
+from gateway.streams.policy import Limits
+from gateway.streams.store import StreamLog, StreamStore
+
+# The header of a streamed response that carries its stream id, or says it has none.
+STREAM_ID_HEADER = "x-shardgate-stream-id"
+NO_RESUME_HEADER = "x-shardgate-stream-resume"
+
+
+class Streams:
+    def __init__(self, settings: GatewaySettings, metrics: StreamMetrics | None = None) -> None:
+        s = settings.streams
+        self.enabled = s.enabled
+        self.grace_s = settings.detach_grace_s
+        self.store = StreamStore(
+            Limits(s.max_streams, s.max_bytes, s.retention_s),
+            s.max_stream_events,
+            s.max_stream_bytes,
+            metrics,
+        )
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.watch(self.store)
+        self.detached = Detached()
+
+    def open(self, tenant: str, headers: dict[str, str], kind: str = "sse") -> StreamLog | None:
+        """A new stream's log (its id in `headers`), or None: served without resume."""
+        if not self.enabled:
+            return None
+        log = self.store.open(tenant, kind)
+        if log is None:
+            headers[NO_RESUME_HEADER] = "unavailable"
+        else:
+            headers[STREAM_ID_HEADER] = log.sid
+        return log
+
+    def resumed(self, api: str) -> None:
+        if self.metrics is not None:
+            self.metrics.resumed(api)

@@ -1,0 +1,257 @@
+"""The stream store: each kept stream's events (opaque bytes, numbered from 1), bounded.
+
+Bounds: per stream, its newest `max_stream_events` events within `max_stream_bytes` (older ones
+are dropped: a reader can no longer start before them); per process, `max_streams` streams and
+`max_bytes` bytes of events (an event past that evicts finished streams, then trims its own
+stream; each event counts its bytes plus EVENT_OVERHEAD). A finished stream stays for
+`retention_s`. A stream the store cannot keep is not
+opened (`open` returns None): the caller serves it without resume.
+
+The producer appends on the token path (no await, no task): an append wakes the stream's
+reader, if one waits. One reader at a time: attaching replaces the one before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from gateway.streams.policy import Held, Limits, plan
+
+# What an event costs beyond its bytes (the bytes object's header, its slot in the deque):
+# counted with them, so that `max_bytes` bounds the memory the events take.
+EVENT_OVERHEAD = 48
+
+
+class Reader(Protocol):
+    def replaced(self) -> None:
+        """Another reader took the stream: this one stops."""
+
+
+class StoreCounters(Protocol):
+    def evicted(self, reason: str) -> None: ...
+    def refused(self) -> None: ...
+
+
+class StreamLog:
+    __slots__ = (
+        "_max_bytes",
+        "_max_events",
+        "_store",
+        "_wake",
+        "events",
+        "finished_at",
+        "first",
+        "kind",
+        "left_at",
+        "nbytes",
+        "reader",
+        "sid",
+        "tenant",
+    )
+
+    def __init__(self, store: StreamStore, sid: str, tenant: str, kind: str, now: float) -> None:
+        self._store = store
+        self.sid = sid
+        self.tenant = tenant
+        self.kind = kind  # what its events are ("sse", "grpc"): a reader of another kind
+        # does not find it
+        self.events: deque[bytes] = deque()
+        self.first = 1  # the sequence number of events[0]
+        self.nbytes = 0
+        self.finished_at = math.inf
+        self.reader: Reader | None = None
+        self.left_at = now  # when the last reader left (the producer's client, at first)
+        self._wake: asyncio.Future[None] | None = None
+        self._max_bytes = store.max_stream_bytes
+        self._max_events = store.max_stream_events
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._store.clock
+
+    @property
+    def next_seq(self) -> int:
+        return self.first + len(self.events)
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at != math.inf
+
+    def append(self, data: bytes) -> None:
+        """Keep one event (numbered `next_seq`)."""
+        events = self.events
+        events.append(data)
+        n = len(data) + EVENT_OVERHEAD
+        self.nbytes += n
+        store = self._store
+        store.nbytes += n
+        if (
+            self.nbytes > self._max_bytes
+            or len(events) > self._max_events
+            or store.nbytes > store.max_bytes
+        ):
+            store.trim(self)
+        if self._wake is not None:
+            self._wake_up()
+
+    def extend(self, frames: list[bytes]) -> None:
+        """Keep several events at once (numbered from `next_seq` on)."""
+        events = self.events
+        events.extend(frames)
+        n = sum(map(len, frames)) + EVENT_OVERHEAD * len(frames)
+        self.nbytes += n
+        store = self._store
+        store.nbytes += n
+        if (
+            self.nbytes > self._max_bytes
+            or len(events) > self._max_events
+            or store.nbytes > store.max_bytes
+        ):
+            store.trim(self)
+        if self._wake is not None:
+            self._wake_up()
+
+    def _wake_up(self) -> None:
+        w = self._wake
+        self._wake = None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def drop_oldest(self) -> None:
+        n = len(self.events.popleft()) + EVENT_OVERHEAD
+        self.first += 1
+        self.nbytes -= n
+        self._store.nbytes -= n
+
+    def since(self, after: int) -> list[bytes] | None:
+        """The events after sequence number `after`; None when some of them were dropped."""
+        if after + 1 < self.first:
+            return None
+        skip = after + 1 - self.first
+        if skip >= len(self.events):
+            return []
+        return list(self.events)[skip:]
+
+    def changed(self) -> asyncio.Future[None]:
+        """Resolves at the next append, at the end of the stream, or when its reader changes."""
+        w = self._wake
+        if w is None or w.done():
+            w = self._wake = asyncio.get_running_loop().create_future()
+        return w
+
+    def attach(self, reader: Reader) -> None:
+        old, self.reader = self.reader, reader
+        if old is not None and old is not reader:
+            old.replaced()
+        self._wake_up()
+
+    def detach(self, reader: Reader) -> None:
+        if self.reader is reader:
+            self.reader = None
+            self.left_at = self._store.clock()
+
+    def abandoned(self, grace_s: float, now: float) -> bool:
+        """Nobody read it for `grace_s`: its producer may stop."""
+        return self.reader is None and now - self.left_at >= grace_s
+
+    def finish(self) -> None:
+        """The producer is done: the events are kept for `retention_s` from now."""
+        if not self.finished:
+            self.finished_at = self._store.clock()
+            self._store.finished[self.sid] = self.finished_at
+            self._wake_up()
+
+
+class StreamStore:
+    def __init__(
+        self,
+        limits: Limits,
+        max_stream_events: int,
+        max_stream_bytes: int,
+        counters: StoreCounters | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limits = limits
+        self.max_stream_events = max_stream_events
+        self.max_stream_bytes = max_stream_bytes
+        self.max_bytes = limits.max_bytes
+        self.counters = counters
+        self.clock = clock
+        self.logs: dict[str, StreamLog] = {}
+        # The finished ones, in the order they finished: the first is the first to expire.
+        self.finished: dict[str, float] = {}
+        self.nbytes = 0
+
+    def _held(self) -> list[Held]:
+        return [Held(s.sid, s.nbytes, s.finished_at) for s in self.logs.values()]
+
+    def _evict(self, sids: tuple[str, ...]) -> None:
+        now = self.clock()
+        for sid in sids:
+            log = self.logs.pop(sid)
+            self.finished.pop(sid, None)
+            self.nbytes -= log.nbytes
+            if self.counters is not None:
+                expired = log.finished_at + self.limits.retention_s <= now
+                self.counters.evicted("expired" if expired else "room")
+            log.first += len(log.events)  # a reader still on it learns its events are gone
+            log.events.clear()
+            log.nbytes = 0
+            log._wake_up()
+
+    def open(self, tenant: str, kind: str) -> StreamLog | None:
+        """A new stream's log, or None when the store is full (served without resume)."""
+        now = self.clock()
+        lim = self.limits
+        if len(self.logs) >= lim.max_streams or self.nbytes > lim.max_bytes or self._due(now):
+            p = plan(self._held(), lim, now, 1, 0)  # (else there is nothing to decide)
+            self._evict(p.evict)
+            fits = p.fits
+        else:
+            fits = True
+        if not fits:
+            if self.counters is not None:
+                self.counters.refused()
+            return None
+        sid = "st_" + secrets.token_urlsafe(12)
+        log = self.logs[sid] = StreamLog(self, sid, tenant, kind, now)
+        return log
+
+    def get(self, sid: str, tenant: str, kind: str) -> StreamLog | None:
+        """The tenant's stream `sid` of `kind`, if it is kept (another tenant's is not found)."""
+        self.sweep()
+        log = self.logs.get(sid)
+        if log is None or log.tenant != tenant or log.kind != kind:
+            return None
+        return log
+
+    def _due(self, now: float) -> bool:
+        """A finished stream is past its retention."""
+        first = next(iter(self.finished.values()), None)
+        return first is not None and first + self.limits.retention_s <= now
+
+    def sweep(self) -> None:
+        """Evict the finished streams past their retention."""
+        now = self.clock()
+        if self._due(now):
+            self._evict(plan(self._held(), self.limits, now, 0, 0).evict)
+
+    def trim(self, log: StreamLog) -> None:
+        """`log` is over a bound: drop its oldest events, or evict finished streams for the
+        process's bytes (then drop its own oldest if that was not enough)."""
+        while log.events and (
+            log.nbytes > self.max_stream_bytes or len(log.events) > self.max_stream_events
+        ):
+            log.drop_oldest()
+        if self.nbytes <= self.limits.max_bytes:
+            return
+        p = plan(self._held(), self.limits, self.clock(), 0, 0)
+        self._evict(tuple(s for s in p.evict if s != log.sid))
+        while log.events and self.nbytes > self.limits.max_bytes:
+            log.drop_oldest()
