@@ -14,6 +14,8 @@ from gateway.shared_limits.target import parse_target
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -59,6 +61,17 @@ class LinkSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     tls: LinkTls | None = None
 
 
+class CollectorSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The cyclic garbage collector of the gateway process (its pauses stop the event loop;
+    `shardgate_gc_pause_seconds` times them)."""
+
+    # Once started, move every object alive (modules, config, routes, links) out of the
+    # collector's sight (`gc.freeze()`), so no full collection walks them again.
+    freeze_after_start: bool = True
+    # `gc.set_threshold(gen0, gen1, gen2)`; absent: CPython's own (700, 10, 10).
+    thresholds: tuple[PositiveInt, NonNegativeInt, NonNegativeInt] | None = None
+
+
 class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     http: Listen = Listen(port=8080)
     grpc: Listen = Listen(port=50051)
@@ -98,6 +111,7 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # Logs as JSON lines (false: plain text).
     json_logs: bool = True
     link: LinkSettings = LinkSettings()
+    gc: CollectorSettings = CollectorSettings()
 
 
 class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -1,0 +1,21 @@
+"""The cyclic garbage collector's settings for the gateway process (`gateway.gc`)."""
+
+from __future__ import annotations
+
+import gc
+
+from gateway.config.schema import CollectorSettings
+
+
+def set_thresholds(settings: CollectorSettings) -> None:
+    """CPython's thresholds, or the configured ones (also on a reload)."""
+    if settings.thresholds is not None:
+        gc.set_threshold(*settings.thresholds)
+
+
+def after_start(settings: CollectorSettings) -> None:
+    """Once the gateway serves: collect what start-up left, then freeze the survivors (the
+    modules, config, routes and links a full collection would otherwise walk every time)."""
+    if settings.freeze_after_start:
+        gc.collect()
+        gc.freeze()

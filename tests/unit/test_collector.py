@@ -1,0 +1,44 @@
+"""`gateway.gc`: the config's collector settings, and what applying them does."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from gateway import collector
+from gateway.config.loader import ConfigError, parse
+from gateway.config.schema import CollectorSettings
+
+
+@pytest.fixture
+def restored() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    yield
+    gc.set_threshold(*thresholds)
+    gc.unfreeze()
+
+
+def test_the_section_parses_and_names_a_bad_field() -> None:
+    c = parse("gateway:\n  gc: {freeze_after_start: false, thresholds: [50000, 20, 10]}\n")
+    assert c.gateway.gc == CollectorSettings(freeze_after_start=False, thresholds=(50000, 20, 10))
+    assert parse("gateway: {}\n").gateway.gc == CollectorSettings()
+    with pytest.raises(ConfigError, match=r"gateway\.gc\.thresholds"):
+        parse("gateway:\n  gc: {thresholds: [0, 10, 10]}\n")
+
+
+def test_thresholds_are_set_only_when_configured(restored: None) -> None:
+    before = gc.get_threshold()
+    collector.set_thresholds(CollectorSettings())
+    assert gc.get_threshold() == before
+    collector.set_thresholds(CollectorSettings(thresholds=(12345, 6, 7)))
+    assert gc.get_threshold() == (12345, 6, 7)
+
+
+def test_after_start_freezes_what_lives(restored: None) -> None:
+    gc.unfreeze()
+    collector.after_start(CollectorSettings(freeze_after_start=False))
+    assert gc.get_freeze_count() == 0
+    collector.after_start(CollectorSettings())
+    assert gc.get_freeze_count() > 0
