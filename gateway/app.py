@@ -361,3 +361,4 @@ class Gateway:
         await self.fleet.close()
         await self.service.admission.close()
         self.gc_pauses.uninstall()
+        collector.after_stop(self.config.gateway.gc)

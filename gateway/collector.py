@@ -19,3 +19,9 @@ def after_start(settings: CollectorSettings) -> None:
     if settings.freeze_after_start:
         gc.collect()
         gc.freeze()
+
+
+def after_stop(settings: CollectorSettings) -> None:
+    """The frozen objects go back to the collector (a process may start another gateway)."""
+    if settings.freeze_after_start:
+        gc.unfreeze()

@@ -23,22 +23,28 @@ def restored() -> Iterator[None]:
 def test_the_section_parses_and_names_a_bad_field() -> None:
     c = parse("gateway:\n  gc: {freeze_after_start: false, thresholds: [50000, 20, 10]}\n")
     assert c.gateway.gc == CollectorSettings(freeze_after_start=False, thresholds=(50000, 20, 10))
-    assert parse("gateway: {}\n").gateway.gc == CollectorSettings()
+    assert parse("gateway: {}\n").gateway.gc.thresholds == (10000, 20, 10)
+    assert parse("gateway:\n  gc: {thresholds: null}\n").gateway.gc.thresholds is None
     with pytest.raises(ConfigError, match=r"gateway\.gc\.thresholds"):
         parse("gateway:\n  gc: {thresholds: [0, 10, 10]}\n")
 
 
 def test_thresholds_are_set_only_when_configured(restored: None) -> None:
     before = gc.get_threshold()
-    collector.set_thresholds(CollectorSettings())
+    collector.set_thresholds(CollectorSettings(thresholds=None))
     assert gc.get_threshold() == before
     collector.set_thresholds(CollectorSettings(thresholds=(12345, 6, 7)))
     assert gc.get_threshold() == (12345, 6, 7)
 
 
-def test_after_start_freezes_what_lives(restored: None) -> None:
+def test_what_lives_at_start_is_frozen_until_stop(restored: None) -> None:
     gc.unfreeze()
-    collector.after_start(CollectorSettings(freeze_after_start=False))
+    off = CollectorSettings(freeze_after_start=False)
+    collector.after_start(off)
     assert gc.get_freeze_count() == 0
     collector.after_start(CollectorSettings())
     assert gc.get_freeze_count() > 0
+    collector.after_stop(off)
+    assert gc.get_freeze_count() > 0
+    collector.after_stop(CollectorSettings())
+    assert gc.get_freeze_count() == 0
