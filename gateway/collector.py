@@ -6,16 +6,18 @@ import gc
 
 from gateway.config.schema import CollectorSettings
 
+CPYTHON_THRESHOLDS = gc.get_threshold()
+
 
 def set_thresholds(settings: CollectorSettings) -> None:
-    """CPython's thresholds, or the configured ones (also on a reload)."""
-    if settings.thresholds is not None:
-        gc.set_threshold(*settings.thresholds)
+    """The configured thresholds, or CPython's (also on a reload)."""
+    gc.set_threshold(*(settings.thresholds or CPYTHON_THRESHOLDS))
 
 
 def after_start(settings: CollectorSettings) -> None:
-    """Once the gateway serves: collect what start-up left, then freeze the survivors (the
-    modules, config, routes and links a full collection would otherwise walk every time)."""
+    """Once the gateway serves (read at start only): collect what start-up left, then freeze
+    the survivors (the modules, config, routes and links a full collection would otherwise
+    walk every time)."""
     if settings.freeze_after_start:
         gc.collect()
         gc.freeze()

@@ -29,12 +29,11 @@ def test_the_section_parses_and_names_a_bad_field() -> None:
         parse("gateway:\n  gc: {thresholds: [0, 10, 10]}\n")
 
 
-def test_thresholds_are_set_only_when_configured(restored: None) -> None:
-    before = gc.get_threshold()
-    collector.set_thresholds(CollectorSettings(thresholds=None))
-    assert gc.get_threshold() == before
+def test_thresholds_are_the_configured_ones_or_cpythons(restored: None) -> None:
     collector.set_thresholds(CollectorSettings(thresholds=(12345, 6, 7)))
     assert gc.get_threshold() == (12345, 6, 7)
+    collector.set_thresholds(CollectorSettings(thresholds=None))  # a reload back to null
+    assert gc.get_threshold() == collector.CPYTHON_THRESHOLDS != (12345, 6, 7)
 
 
 def test_what_lives_at_start_is_frozen_until_stop(restored: None) -> None:
