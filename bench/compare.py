@@ -45,6 +45,19 @@ def metrics(r: Report) -> list[Row]:
         rows.append((f"{p}RSS before warmup", proc.rss_initial_kib / 1024, "MiB", -1))
         rows.append((f"{p}RSS start", proc.rss_start_kib / 1024, "MiB", -1))
         rows.append((f"{p}RSS end", proc.rss_end_kib / 1024, "MiB", -1))
+    if r.memory is not None:
+        m = r.memory
+        rows.append((f"gateway RSS peak ({m.streams} streams)", m.rss_peak_kib / 1024, "MiB", -1))
+        rows.append(("gateway RSS after", m.rss_after_kib / 1024, "MiB", -1))
+        rows.append(("gateway RSS per stream", m.bytes_per_stream / 1024, "KiB", -1))
+    if r.gc is not None:
+        rows.append(("gc pauses", r.gc.count, "", -1))
+        rows.append(("gc pause total", r.gc.total_ms, "ms", -1))
+        rows.append(("gc cpu total", r.gc.cpu_ms, "ms", -1))
+        for g in r.gc.generations:
+            rows.append((f"gc gen{g.generation} pauses", g.count, "", -1))
+            rows.append((f"gc gen{g.generation} p99 (at most)", g.p99_ms_at_most, "ms", -1))
+            rows.append((f"gc gen{g.generation} max since start", g.max_ms_since_start, "ms", -1))
     rows.append(("client cpu µs/token", r.cpu.client.us_per_token, "µs", -1))
     rows.append(("client cpu µs/request", r.cpu.client.us_per_request, "µs", -1))
     return rows

@@ -49,8 +49,8 @@ class _Collect:
             self.body += data
 
 
-async def get_json(host: str, port: int, path: str, timeout_s: float) -> tuple[int, object]:
-    """One GET on a fresh connection: (status, decoded JSON body or None)."""
+async def get_text(host: str, port: int, path: str, timeout_s: float) -> tuple[int, str]:
+    """One GET on a fresh connection: (status, body as text; at most 1 MiB kept)."""
     async with asyncio.timeout(timeout_s):
         conn = await connect(host, port, timeout_s)
         try:
@@ -59,10 +59,16 @@ async def get_json(host: str, port: int, path: str, timeout_s: float) -> tuple[i
             await conn.send(req.encode(), sink)
         finally:
             conn.close()
+    return sink.status, sink.body.decode(errors="replace")
+
+
+async def get_json(host: str, port: int, path: str, timeout_s: float) -> tuple[int, object]:
+    """One GET on a fresh connection: (status, decoded JSON body or None)."""
+    status, body = await get_text(host, port, path, timeout_s)
     try:
-        return sink.status, orjson.loads(sink.body)
+        return status, orjson.loads(body)
     except orjson.JSONDecodeError:
-        return sink.status, None
+        return status, None
 
 
 class LaunchedGateway:

@@ -10,6 +10,8 @@ from pathlib import Path
 import msgspec
 
 from bench.cpu import CpuSampler
+from bench.gc_scrape import GcPauses
+from bench.memory import StreamMemory
 from bench.plan import Plan
 from bench.result import Result
 from bench.scenario import Scenario
@@ -91,6 +93,10 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     cpu: Cpu
     # Up to SAMPLES distinct messages per error kind (an error event's text, an HTTP body, ...).
     error_samples: dict[str, list[str]] = {}
+    # The gateway's RSS through the run (the first sampled process) and, over HTTP, its
+    # collector pauses in the measured window (None: not measured).
+    memory: StreamMemory | None = None
+    gc: GcPauses | None = None
 
 
 def counts(results: Sequence[Result], planned: int) -> Counts:

@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
 import uvloop
 
-from bench import compare, cpu, report
+from bench import compare, cpu, gc_scrape, report
 from bench.launch import LaunchedGateway
+from bench.memory import RssSampler
 from bench.plan import Plan
 from bench.progress import Progress
 from bench.result import Result
@@ -71,27 +73,67 @@ def cpu_pids(args: argparse.Namespace, gw: LaunchedGateway | None) -> list[int]:
     return pids
 
 
+class Watch:
+    """What is read around the run besides CPU: the gateway's RSS through warmup and window
+    (the first sampled process), and its collector pauses over the window (HTTP targets)."""
+
+    def __init__(self, sc: Scenario, address: str, pids: list[int]) -> None:
+        self.rss = RssSampler(pids[0]) if pids else None
+        self._http: tuple[str, int] | None = None
+        if sc.api == "http":
+            from bench.openai_target import split_url
+
+            host, port, _ = split_url(address)
+            self._http = (host, port)
+        self._gc_before: gc_scrape.Scrape | None = None
+        self.gc: gc_scrape.GcPauses | None = None
+
+    async def _scrape(self) -> gc_scrape.Scrape | None:
+        if self._http is None:
+            return None
+        try:
+            return await gc_scrape.scrape(*self._http)
+        except (OSError, TimeoutError, ValueError):
+            return None
+
+    async def window_start(self) -> None:
+        self._gc_before = await self._scrape()
+
+    async def window_end(self) -> None:
+        after = await self._scrape()
+        if self._gc_before is not None and after is not None:
+            self.gc = gc_scrape.window(self._gc_before, after)
+
+
 async def measure(
-    sc: Scenario, target: Target, plan: Plan, sampler: cpu.CpuSampler, show: bool
+    sc: Scenario, target: Target, plan: Plan, sampler: cpu.CpuSampler, show: bool, watch: Watch
 ) -> tuple[list[Result], list[Result], float]:
     """(warmup results, measured results, measured window in seconds)."""
     phase = {"mode": sc.mode, "concurrency": sc.concurrency, "duration_s": sc.duration_s}
-    warm: list[Result] = []
-    if plan.warmup:
-        warm = await run_phase(target, plan.warmup, **phase)  # type: ignore[arg-type]
-    tally = Tally(len(plan.measured))
-    progress = Progress(tally, sc.name) if show else None
-    sampler.start()
-    t0 = time.perf_counter()
-    if progress is not None:
-        progress.start()
+    if watch.rss is not None:
+        watch.rss.start()
     try:
-        results = await run_phase(target, plan.measured, tally=tally, **phase)  # type: ignore[arg-type]
-    finally:
+        warm: list[Result] = []
+        if plan.warmup:
+            warm = await run_phase(target, plan.warmup, **phase)  # type: ignore[arg-type]
+        tally = Tally(len(plan.measured))
+        progress = Progress(tally, sc.name) if show else None
+        await watch.window_start()
+        sampler.start()
+        t0 = time.perf_counter()
         if progress is not None:
-            await progress.stop()
-    window = time.perf_counter() - t0
-    sampler.stop()
+            progress.start()
+        try:
+            results = await run_phase(target, plan.measured, tally=tally, **phase)  # type: ignore[arg-type]
+        finally:
+            if progress is not None:
+                await progress.stop()
+        window = time.perf_counter() - t0
+        sampler.stop()
+        await watch.window_end()
+    finally:
+        if watch.rss is not None:
+            await watch.rss.stop()
     return warm, results, window
 
 
@@ -103,17 +145,21 @@ async def _run(sc: Scenario, args: argparse.Namespace, out_dir: Path) -> report.
         await gw.start(sc.model)
     try:
         address = address_for(sc, args, gw)
-        sampler = cpu.CpuSampler(cpu_pids(args, gw), args.cpu_children)
+        pids = cpu_pids(args, gw)
+        sampler = cpu.CpuSampler(pids, args.cpu_children)
+        watch = Watch(sc, address, pids)
         plan = Plan(sc)
         show = args.progress if args.progress is not None else sys.stderr.isatty()
         target = make_target(sc, address)
         started = dt.datetime.now(dt.UTC)
         try:
-            warm, results, window = await measure(sc, target, plan, sampler, show)
+            warm, results, window = await measure(sc, target, plan, sampler, show, watch)
         finally:
             await target.close()
         tgt = report.Target(api=sc.api, address=target.address, config=args.config)
         rep = report.build(plan, tgt, warm, results, window, sampler, started)
+        memory = watch.rss.report(sc.concurrency) if watch.rss is not None else None
+        rep = msgspec.structs.replace(rep, memory=memory, gc=watch.gc)
     finally:
         if gw is not None:
             await gw.stop()

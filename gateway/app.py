@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from shardgate.v1 import gateway_pb2_grpc
 
+from gateway import collector
 from gateway.api import grpc_api
 from gateway.api.http import HttpApi
 from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
@@ -25,6 +26,7 @@ from gateway.discovery.kubernetes import KubernetesSource
 from gateway.discovery.runner import Discovery, Source
 from gateway.discovery.srv import srv_resolver
 from gateway.observability.discovery import DiscoveryCollector
+from gateway.observability.gc_pauses import GcPauses
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.observability.siblings import Siblings
@@ -142,6 +144,8 @@ class Gateway:
             models=config.pricing.models,
         )
         self.reporter = RequestReporter(self.metrics, s.request_log)
+        self.gc_pauses = GcPauses()
+        self.metrics.registry.register(self.gc_pauses)
         self.events = EventQueue()
         self.fleet = Fleet(config.sidecars, s.link, config.health, self.events)
         self.discovery: Discovery | None = None
@@ -256,6 +260,7 @@ class Gateway:
         self.http_api.responses.reconfigure(s)
         self.grpc_servicer.settings = s
         self.reporter.log_requests = s.request_log
+        collector.set_thresholds(s.gc)
         self.metrics.set_tenants(t.name for t in new.tenants)
         self.metrics.set_pricing(new.pricing)
         self.metrics.set_config(version, digest)
@@ -267,6 +272,8 @@ class Gateway:
 
     async def start(self) -> None:
         s = self.config.gateway
+        self.gc_pauses.install()
+        collector.set_thresholds(s.gc)
         await self.service.admission.start()
         self.fleet.start()
         if self.discovery is not None:
@@ -327,6 +334,7 @@ class Gateway:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.reloader is not None and s.watch_config:
             self.reloader.watch()
+        collector.after_start(s.gc)
         log.info(
             "gateway: http %s:%d grpc %s:%d",
             s.http.host,
@@ -358,3 +366,5 @@ class Gateway:
         await self.scheduler.close()
         await self.fleet.close()
         await self.service.admission.close()
+        self.gc_pauses.uninstall()
+        collector.after_stop(self.config.gateway.gc)

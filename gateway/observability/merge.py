@@ -12,6 +12,7 @@ timestamps the earliest). A gauge is combined by what it means:
 - `shardgate_tenant_budget_usd` (config, the same in every worker): the highest;
 - `shardgate_discovery_*` gauges (each worker discovers the same set): the highest (the
   largest set, stale if any is, the oldest view);
+- `shardgate_gc_pause_max_seconds`: the longest of any worker;
 - any other gauge: summed.
 """
 
@@ -25,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gateway.observability.callbacks import HEARTBEAT_AGE
+from gateway.observability.gc_pauses import PAUSE_MAX
 from gateway.observability.labels import ReplicaState
 
 __all__ = ["merge", "parse"]
@@ -56,6 +58,7 @@ GAUGES: dict[str, Combine] = {
     "shardgate_discovery_sidecars": max,
     "shardgate_discovery_stale": max,
     "shardgate_discovery_sync_age_seconds": max,
+    PAUSE_MAX: max,
 }
 
 

@@ -161,6 +161,16 @@ def test_cli_starts_a_gateway_from_a_config_and_reports(tmp_path: Path) -> None:
     assert len(sidecars) == 2
     assert all("engine_sidecar" in s["cmdline"] for s in sidecars)
     assert gateway["rss_end_kib"] > 0
+    memory = data["memory"]  # the gateway's RSS through the run
+    assert memory["pid"] == gateway["pid"]
+    assert memory["streams"] == 6
+    assert memory["rss_peak_kib"] >= max(memory["rss_before_kib"], memory["rss_after_kib"]) > 0
+    assert memory["bytes_per_stream"] == pytest.approx(
+        (memory["rss_peak_kib"] - memory["rss_before_kib"]) * 1024 / 6
+    )
+    pauses = data["gc"]  # its collector over the window, from /metrics
+    assert [g["generation"] for g in pauses["generations"]] == ["0", "1", "2"]
+    assert pauses["count"] == sum(g["count"] for g in pauses["generations"])
     assert (out / "latency_cdf.png").stat().st_size > 0
     assert (out / "ttft_over_time.png").stat().st_size > 0
     rep = report.read(out / "report.json")
