@@ -370,3 +370,65 @@ def test_reading_a_finished_stream_leaves_its_clients_connection_alone(kept: Clu
     conn.close()
     assert rest and rest[-1][1] == "[DONE]"
     assert len(head + rest) > 20
+
+
+DRILL_YAML = """
+gateway:
+  default_max_tokens: 64
+  detach_grace_s: 30
+  streams: {max_bytes: 4194304, max_stream_bytes: 65536, retention_s: 60}
+tenants:
+  - {name: alpha, keys: [sk-alpha]}
+"""
+DRILL_STREAMS = 200
+
+
+@pytest.fixture(scope="module")
+def drill() -> Iterator[Cluster]:
+    sim = SimConfig(model="sim-llama", profile="fast", max_model_len=8192)
+    c = Cluster(DRILL_YAML, [{"sim": sim}, {"sim": sim}])
+    c.start()
+    yield c
+    c.stop()
+
+
+def test_drill_200_streams_dropped_at_random_points_and_reattached(drill: Cluster) -> None:
+    """Each client drops its stream after a random number of events (some before any token,
+    some in the middle, some after the end) and reattaches with its Last-Event-ID: every text
+    equals the undisturbed run's, none is lost, and the store stays within its bounds."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(20261201)
+    plans = [(seed, rng.randint(1, 70)) for seed in range(DRILL_STREAMS)]
+    api = client(drill)
+
+    def one(seed: int, drop_after: int) -> tuple[str, str]:
+        fields = {"max_tokens": 60, "seed": seed, "temperature": 1.0}
+        whole = api.chat.completions.create(
+            model="sim-llama", messages=MESSAGES, extra_body={"ignore_eos": True}, **fields
+        )
+        body = {"model": "sim-llama", "messages": MESSAGES, "stream": True, "ignore_eos": True,
+                **fields}  # fmt: skip
+        conn, resp = post_stream(drill, body)
+        sid = resp.headers["x-shardgate-stream-id"]
+        head = read_events(resp, drop_after)
+        conn.close()  # the client drops
+        conn2, resp2 = reattach(drill, sid, last=head[-1][0])
+        assert resp2.status == 200, (seed, resp2.status)
+        tail = read_events(resp2)
+        conn2.close()
+        ids = [int(i.rpartition(":")[2]) for i, _ in head + tail]
+        assert ids == list(range(1, len(ids) + 1)), seed  # every event once, in order
+        assert (head + tail)[-1][1] == "[DONE]", seed
+        return whole.choices[0].message.content or "", text_of(head + tail)
+
+    store = drill.gateway.streams.store if drill.gateway is not None else None
+    assert store is not None
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(lambda p: one(*p), plans))
+    assert len(results) == DRILL_STREAMS
+    for seed, (whole, resumed) in enumerate(results):
+        assert resumed == whole, seed
+    assert store.nbytes <= 4194304
+    until(lambda: running(drill) == 0, what="every request ended")
