@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import msgspec
 import openai
 import pytest
 import pytest_asyncio
@@ -98,6 +100,7 @@ def _chat(r: Any) -> dict[str, Any]:
         "choices": [
             {
                 "index": c.index,
+                "role": c.message.role,
                 "content": c.message.content,
                 "finish_reason": c.finish_reason,
                 "logprobs": c.logprobs.model_dump() if c.logprobs is not None else None,
@@ -143,8 +146,12 @@ async def _chat_stream(client: openai.AsyncOpenAI, **kwargs: Any) -> dict[str, A
             usage = _usage(chunk.usage)
         for c in chunk.choices:
             out = choices.setdefault(
-                c.index, {"index": c.index, "content": "", "finish_reason": None, "logprobs": None}
+                c.index,
+                {"index": c.index, "role": None, "content": "", "finish_reason": None},
             )
+            out.setdefault("logprobs", None)
+            if c.delta.role is not None:
+                out["role"] = c.delta.role
             out["content"] += c.delta.content or ""
             if c.finish_reason is not None:
                 out["finish_reason"] = c.finish_reason
@@ -197,6 +204,15 @@ CHAT_CASES: dict[str, dict[str, Any]] = {
     "choice": {"extra_body": {"structured_outputs": {"choice": ["left", "right"]}}},
     "regex": {"extra_body": {"structured_outputs": {"regex": "[a-c]{2,5}"}}},
     "n_seeded": {"n": 3, "temperature": 0.9, "seed": 5},
+    # chat template controls (the tiny model's template reads add_generation_prompt only)
+    "no_generation_prompt": {"extra_body": {"add_generation_prompt": False}},
+    "continue_final_message": {
+        "messages": [*MESSAGES, {"role": "assistant", "content": "Glass, ice and"}],
+        "extra_body": {"add_generation_prompt": False, "continue_final_message": True},
+    },
+    "chat_template_kwargs": {"extra_body": {"chat_template_kwargs": {"style": "terse"}}},
+    "documents": {"extra_body": {"documents": [{"title": "glass", "text": "Shards cut."}]}},
+    "add_special_tokens": {"extra_body": {"add_special_tokens": True}},
     "json_schema": {
         "response_format": {
             "type": "json_schema",
@@ -212,6 +228,7 @@ CHAT_CASES: dict[str, dict[str, Any]] = {
 
 COMPLETION_CASES: dict[str, dict[str, Any]] = {
     "greedy": {},
+    "no_special_tokens": {"extra_body": {"add_special_tokens": False}},
     "seeded": {"temperature": 0.8, "seed": 99},
     "stop": {"stop": [" S", "h"]},
     "logprobs_0": {"logprobs": 0},
@@ -270,3 +287,99 @@ async def test_completions_answer_as_vllm_serve(
             answers.append(_completion(await client.completions.create(**kwargs)))
     ours, theirs = answers
     _close(ours, theirs, case)
+
+
+# Bodies both servers refuse (a 400): a request's own template on a server that does not trust
+# them, and generation prompts that contradict each other.
+CHAT_REFUSED: dict[str, dict[str, Any]] = {
+    "chat_template": {"chat_template": "{{ messages }}"},
+    "kwargs_chat_template": {"chat_template_kwargs": {"chat_template": "{{ messages }}"}},
+    "both_prompts": {"add_generation_prompt": True, "continue_final_message": True},
+    "continue_with_generation_prompt": {"continue_final_message": True},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHAT_REFUSED))
+async def test_chat_template_refusals_are_vllm_serve_s(
+    clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI], case: str
+) -> None:
+    for client in clients:
+        with pytest.raises(openai.BadRequestError):
+            await client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, max_tokens=4, extra_body=CHAT_REFUSED[case]
+            )
+
+
+TOKENIZE_CASES: dict[str, dict[str, Any]] = {
+    "chat": {"messages": MESSAGES},
+    "no_generation_prompt": {"messages": MESSAGES, "add_generation_prompt": False},
+    "continue_final_message": {
+        "messages": [*MESSAGES, {"role": "assistant", "content": "Glass"}],
+        "add_generation_prompt": False,
+        "continue_final_message": True,
+    },
+    "chat_special_tokens": {"messages": MESSAGES, "add_special_tokens": True},
+    "chat_template_kwargs": {"messages": MESSAGES, "chat_template_kwargs": {"style": "x"}},
+    "prompt": {"prompt": "Shards of"},
+    "prompt_no_special_tokens": {"prompt": "Shards of", "add_special_tokens": False},
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOKENIZE_CASES))
+async def test_tokenize_answers_as_vllm_serve(
+    gateway_url: str, vllm_server: str, case: str
+) -> None:
+    body = {"model": MODEL, **TOKENIZE_CASES[case]}
+    answers = []
+    async with httpx.AsyncClient(timeout=60.0) as http:
+        for base in (gateway_url.removesuffix("/v1"), vllm_server):
+            r = await http.post(base + "/tokenize", json=body)
+            assert r.status_code == 200, r.text
+            answers.append(r.json()["tokens"])
+    assert answers[0] == answers[1]
+
+
+@pytest_asyncio.fixture(scope="module")
+async def trusting_url(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[str]:
+    """A gateway whose sidecar (on the same engine) takes requests' own chat templates."""
+    require("vllm")
+    from engine_sidecar.backends.vllm.backend import VllmBackend
+
+    vllm = msgspec.structs.replace(vllm_config(tiny_model_dir), trust_request_chat_template=True)
+    config = SidecarConfig(name="vllm-0", port=0, backend="vllm", vllm=vllm)
+    sidecar = Sidecar(config, backend=VllmBackend(vllm, engine=vllm_engine))
+    await sidecar.start()
+    gateway = Gateway(parse(GATEWAY_YAML % sidecar.port), http_port=0, grpc_port=0)
+    await gateway.start()
+    try:
+        assert await gateway.fleet.wait_connected(30.0), "the sidecar did not connect"
+        yield f"http://127.0.0.1:{gateway.http_port}/v1"
+    finally:
+        await gateway.stop(1.0)
+        await sidecar.stop(1.0)
+
+
+async def test_a_trusted_request_template_is_the_one_applied(
+    trusting_url: str, clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]
+) -> None:
+    from engine_sidecar.backends.tiny_model import CHAT_TEMPLATE
+
+    _, theirs = clients
+    kwargs: dict[str, Any] = {"model": MODEL, "messages": MESSAGES, **GREEDY}
+    async with openai.AsyncOpenAI(base_url=trusting_url, api_key="none", max_retries=0) as ours:
+        # The model's own template, sent with the request: vLLM's answer without it.
+        same = await ours.chat.completions.create(
+            **kwargs, extra_body={"chat_template": CHAT_TEMPLATE}
+        )
+        _close(_chat(same), _chat(await theirs.chat.completions.create(**kwargs)))
+        # Another template (with a variable of its own): the prompt is that template's.
+        other = "{{ style }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        extra = {"chat_template": other, "chat_template_kwargs": {"style": "Terse: "}}
+        answer = await ours.chat.completions.create(**kwargs, extra_body=extra)
+        text = "Terse: " + "".join(m["content"] for m in MESSAGES)
+        their_prompt = await theirs.completions.create(
+            model=MODEL, prompt=text, extra_body={"add_special_tokens": False}, **GREEDY
+        )
+        assert answer.usage is not None and their_prompt.usage is not None
+        assert answer.usage.prompt_tokens == their_prompt.usage.prompt_tokens
+        assert answer.choices[0].message.content == their_prompt.choices[0].text

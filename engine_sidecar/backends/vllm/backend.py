@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import logging
 
+from shardgate.v1.params import TEMPLATE_FIELDS
+
 from engine_sidecar.backend import (
     BackendInfo,
     DeltaSink,
@@ -77,7 +79,12 @@ class VllmBackend:
         self._shared = engine
         self._loras = LoraRequests(config.loras)
         self.engine: Engine | None = None
-        self._limits = Limits(config.served_name, config.max_model_len or 0)
+        self._limits = Limits(
+            config.served_name,
+            config.max_model_len or 0,
+            templates=True,
+            trust_request_chat_template=config.trust_request_chat_template,
+        )
         self._max_num_seqs = config.max_num_seqs
         self._batcher: StepBatcher | None = None
         self._sink: DeltaSink | None = None
@@ -92,7 +99,11 @@ class VllmBackend:
         card = ModelCard(c.served_name, self._limits.max_model_len, tuple(sorted(c.loras)))
         extra = {"engine": "vllm", "tp": str(c.tensor_parallel_size)}
         extra["pp"] = str(c.pipeline_parallel_size)
-        caps = CAPABILITIES | {"tools"} | ({"reasoning"} if c.reasoning_parser else set())
+        caps = (
+            CAPABILITIES
+            | {"tools", *TEMPLATE_FIELDS}
+            | ({"reasoning"} if c.reasoning_parser else set())
+        )
         return BackendInfo("vllm", (card,), self._max_num_seqs, extra, caps)
 
     async def start(self, sink: DeltaSink) -> None:
@@ -106,7 +117,13 @@ class VllmBackend:
         model_config = getattr(engine.llm, "model_config", None)
         self._parsers = ChatParsers(c, engine.tokenizer.raw, model_config)
         max_len = engine.max_model_len
-        self._limits = Limits(c.served_name, max_len, frozenset(c.loras))
+        self._limits = Limits(
+            c.served_name,
+            max_len,
+            frozenset(c.loras),
+            templates=True,
+            trust_request_chat_template=c.trust_request_chat_template,
+        )
         self._max_num_seqs = engine.max_num_seqs
         self._sink = sink
         self._batcher = StepBatcher(sink, asyncio.get_running_loop())

@@ -20,6 +20,7 @@ from gateway.api.openai import encode
 from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
+from gateway.api.openai.template import response_role
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.types import Delta, GatewayError, GenerationRequest, Logprobs, Usage
@@ -104,14 +105,15 @@ class Choices:
                     self.answers[index].add(d.parsed)
         choices = []
         chat = self.kind == "chat"
+        role = response_role(req.generation)
         for i in range(n):
             fmt = formatter(chat, req.sampling.logprobs)
             logprobs = fmt(lps[i]) if fmt is not None else None
             answer = self.answers[i]
             reason = answer.finish_reason(self.tallies[i].reason, whole=True)
             whole = answer.whole
-            message = message_of(whole) if chat and whole is not None else None
-            choices.append(encode.Choice("".join(texts[i]), reason, logprobs, message))
+            message = message_of(whole, role) if chat and whole is not None else None
+            choices.append(encode.Choice("".join(texts[i]), reason, logprobs, message, role))
         encoder = encode.encode_chat_completion if self.kind == "chat" else encode.encode_completion
         body = encoder(req.request_id, req.served_model, int(time.time()), choices, self.usage())
         headers = response_headers(self.jobs[0])
@@ -132,6 +134,7 @@ class Choices:
                 self.kind,
                 formatter(chat, req.sampling.logprobs),
                 index=i,
+                role=response_role(req.generation),
             )
             for i in range(len(self.jobs))
         ]

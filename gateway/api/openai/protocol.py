@@ -2,8 +2,8 @@
 
 The bodies are those of POST /v1/chat/completions and POST /v1/completions as the official
 `openai` SDK sends them. Unknown fields are ignored (like vLLM); known fields that ask for
-something the gateway does not serve yet (n > 1, echo with logprobs, best_of > 1, tools, chat
-template controls, prompt logprobs, ...) are rejected with a 400 naming the field, never
+something the gateway does not serve yet (echo with logprobs, best_of > 1, prompt logprobs,
+...) are rejected with a 400 naming the field, never
 answered as if they had not been asked; sampling fields beyond the base ones (logprobs among
 them) are decoded and refused later, by name, when the model's engine does not honour them
 (runtime/service.py); a body nested too deeply for the decoder is a 400 too. Every error is an
@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from gateway.api.openai.structured import structured_of
+from gateway.api.openai.template import template_of
 from gateway.api.openai.tools import ToolCallParam, tool_calls_of, tools_of
 from gateway.api.openai.validation import (
     EXPECTED,
@@ -146,7 +147,7 @@ class ChatCompletionRequest(_Common, kw_only=True):
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
-    documents: list[Any] | None = None
+    documents: list[dict[str, str]] | None = None
     parallel_tool_calls: bool | None = None
 
 
@@ -399,18 +400,19 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     if req.echo:
         raise not_served("echo", "chat completions do not echo the last message")
     logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
-    for name in ("chat_template", "chat_template_kwargs", "documents"):
-        if getattr(req, name):
-            raise not_served(name, "the engine's chat template is applied as it is")
-    if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
-        raise not_served("add_special_tokens", "the engine's default is used")
-    if req.add_generation_prompt is False:
-        raise not_served("add_generation_prompt", "a generation prompt is always added")
-    if req.continue_final_message:
-        raise not_served("continue_final_message", "a generation prompt is always added")
+    template = template_of(
+        req.chat_template,
+        req.chat_template_kwargs,
+        req.add_generation_prompt,
+        req.continue_final_message,
+        req.documents,
+    )
     messages = tuple([message_of(i, m) for i, m in enumerate(req.messages)])
     out = _request(req, request_id, default_max_tokens, messages=messages, logprobs=logprobs)
     out.generation.tools = tools_of(req.tools, req.tool_choice, req.parallel_tool_calls)
+    out.generation.template = template
+    if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
+        out.generation.add_special_tokens = True
     return out
 
 
@@ -434,14 +436,14 @@ def decode_completion(
         raise not_served("logprobs", "the prompt's logprobs (echo with logprobs) are not served")
     if req.suffix:
         raise not_served("suffix", "completions take no suffix")
-    if req.add_special_tokens is False:  # (vLLM's default for completions: true)
-        raise not_served("add_special_tokens", "the engine's default is used")
     prompt = req.prompt
     if len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
         out = _request(req, request_id, default_max_tokens, prompt=prompt, logprobs=logprobs)
         out.echo = bool(req.echo)
+        if req.add_special_tokens is False:  # (vLLM's default for completions: true)
+            out.generation.add_special_tokens = False
         return out
     if prompt and all(type(t) is int and 0 <= t <= INT32_MAX for t in prompt):
         if req.echo:

@@ -22,6 +22,7 @@ from gateway.api.openai.sse import (
     parse_priority,
     response_headers,
 )
+from gateway.api.openai.template import response_role
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
@@ -105,10 +106,11 @@ class OpenAIServing:
                     answer.add(d.parsed)
             batch = await gen.take()
         text, reason = "".join(texts), answer.finish_reason(tally.reason, whole=True)
-        message = message_of(answer.whole) if answer.whole is not None else None
+        role = response_role(req.generation)
+        message = message_of(answer.whole, role) if answer.whole is not None else None
         logprobs = fmt(lps) if fmt is not None else None
         encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
-        choice = encode.Choice(text, reason, logprobs, message if kind == "chat" else None)
+        choice = encode.Choice(text, reason, logprobs, message if kind == "chat" else None, role)
         body = encoder(req.request_id, req.served_model, int(time.time()), [choice], tally.usage())
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -126,7 +128,14 @@ class OpenAIServing:
         tally = Tally()
         answer = Answer(req.generation.tools)
         fmt = formatter(kind == "chat", req.sampling.logprobs)
-        enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind, fmt)
+        enc = encode.ChunkEncoder(
+            req.request_id,
+            req.served_model,
+            int(time.time()),
+            kind,
+            fmt,
+            role=response_role(req.generation),
+        )
         if batch and not gen.began:
             try:
                 batch = await self._wait_queued(resp, gen, batch)

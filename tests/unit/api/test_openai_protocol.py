@@ -9,9 +9,10 @@ from typing import Any
 import httpx2
 import openai
 import pytest
-from shardgate.v1.params import Structured
+from shardgate.v1.params import Structured, Template, template_asked
 
 from gateway.api.openai.protocol import decode_chat, decode_completion
+from gateway.api.openai.template import response_role
 from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
 
 USER = {"role": "user", "content": "hi"}
@@ -318,17 +319,7 @@ def test_continuous_usage_stats_is_refused_by_name() -> None:
     assert e.value.param == "stream_options.continuous_usage_stats"
 
 
-NOT_SERVED_CHAT: list[tuple[str, Any]] = [
-    ("chat_template", "{{ messages }}"),
-    ("chat_template_kwargs", {"enable_thinking": False}),
-    ("documents", [{"title": "t", "text": "x"}]),
-    ("add_generation_prompt", False),
-    ("continue_final_message", True),
-    ("add_special_tokens", True),
-]
-
-
-@pytest.mark.parametrize(("field", "value"), NOT_SERVED + NOT_SERVED_CHAT)
+@pytest.mark.parametrize(("field", "value"), NOT_SERVED)
 def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> None:
     with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
         decode_chat(chat(**{field: value}), "rid")
@@ -336,11 +327,104 @@ def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> 
 
 
 @pytest.mark.parametrize(
+    ("fields", "want", "asked"),
+    [
+        ({}, None, []),
+        ({"add_generation_prompt": True, "continue_final_message": False}, None, []),
+        (
+            {"chat_template": "{{ messages }}"},
+            Template(chat_template="{{ messages }}"),
+            ["chat_template"],
+        ),
+        (
+            {"chat_template_kwargs": {"enable_thinking": False}},
+            Template(kwargs='{"enable_thinking":false}'),
+            ["chat_template_kwargs"],
+        ),
+        (
+            {"documents": [{"title": "t", "text": "x"}]},
+            Template(documents='[{"title":"t","text":"x"}]'),
+            ["documents"],
+        ),
+        (
+            {"add_generation_prompt": False},
+            Template(add_generation_prompt=False),
+            ["add_generation_prompt"],
+        ),
+        (
+            {"add_generation_prompt": False, "continue_final_message": True},
+            Template(add_generation_prompt=False, continue_final_message=True),
+            ["add_generation_prompt", "continue_final_message"],
+        ),
+        # (vLLM's check is of the fields given: the template itself refuses this one)
+        (
+            {"continue_final_message": True},
+            Template(continue_final_message=True),
+            ["continue_final_message"],
+        ),
+    ],
+)
+def test_chat_template_controls_travel_in_the_generation(
+    fields: dict[str, Any], want: Template | None, asked: list[str]
+) -> None:
+    g = decode_chat(chat(**fields), "rid").generation
+    assert g.template == want
+    assert template_asked(g) == asked
+
+
+@pytest.mark.parametrize(("value", "want"), [(None, None), (False, None), (True, True)])
+def test_chat_add_special_tokens_is_set_only_off_its_default(value: Any, want: Any) -> None:
+    g = decode_chat(chat(add_special_tokens=value), "rid").generation
+    assert g.add_special_tokens is want
+    assert template_asked(g) == (["add_special_tokens"] if want is not None else [])
+
+
+@pytest.mark.parametrize(("value", "want"), [(None, None), (True, None), (False, False)])
+def test_completion_add_special_tokens_is_set_only_off_its_default(value: Any, want: Any) -> None:
+    g = decode_completion(completion(add_special_tokens=value), "rid").generation
+    assert g.add_special_tokens is want
+
+
+def test_continue_final_message_and_add_generation_prompt_are_exclusive() -> None:
+    body = chat(continue_final_message=True, add_generation_prompt=True)
+    with pytest.raises(InvalidRequest, match="Cannot set both") as e:
+        decode_chat(body, "rid")
+    assert e.value.param == "continue_final_message"
+
+
+@pytest.mark.parametrize("documents", [["x"], [{"title": 1}], {"title": "t"}])
+def test_documents_must_be_objects_of_strings(documents: Any) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        decode_chat(chat(documents=documents), "rid")
+    assert e.value.param is not None and e.value.param.startswith("documents")
+
+
+@pytest.mark.parametrize(
+    ("fields", "role"),
+    [
+        ({}, "assistant"),
+        ({"add_generation_prompt": True}, "assistant"),
+        ({"add_generation_prompt": False}, "user"),
+        (
+            {
+                "add_generation_prompt": False,
+                "messages": [USER, {"role": "assistant", "content": "Hel"}],
+            },
+            "assistant",
+        ),
+    ],
+)
+def test_the_answer_role_is_the_continued_message_s_without_a_generation_prompt(
+    fields: dict[str, Any], role: str
+) -> None:
+    assert response_role(decode_chat(chat(**fields), "rid").generation) == role
+
+
+@pytest.mark.parametrize(
     ("field", "value"),
     [
         *NOT_SERVED,
         ("suffix", "the end"),
-        ("add_special_tokens", False),
         ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
         ("tool_choice", "auto"),
         ("tool_choice", "required"),
