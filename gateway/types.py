@@ -21,7 +21,16 @@ class GenerationRequest(GenerationView):
     sent to the sidecar as they are) and what only the gateway uses. Exactly one of
     prompt/messages/prompt_token_ids is set."""
 
-    __slots__ = ("_priority", "echo", "generation", "include_usage", "n", "session_id", "stream")
+    __slots__ = (
+        "_priority",
+        "echo",
+        "generation",
+        "include_usage",
+        "n",
+        "return_token_ids",
+        "session_id",
+        "stream",
+    )
 
     def __init__(
         self,
@@ -53,6 +62,7 @@ class GenerationRequest(GenerationView):
         self.session_id = session_id
         self.echo = False  # completions: the prompt comes back before the completion
         self.n = 1  # choices: n > 1 runs as n engine requests (child)
+        self.return_token_ids = False  # the answer carries the prompt's and choices' token ids
         self._priority = priority  # None: the client asked for no class
 
     def _key(self) -> tuple[object, ...]:
@@ -64,6 +74,7 @@ class GenerationRequest(GenerationView):
             self._priority,
             self.echo,
             self.n,
+            self.return_token_ids,
         )
 
     def __eq__(self, other: object) -> bool:

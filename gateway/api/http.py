@@ -116,8 +116,8 @@ class HttpApi:
         self._service = service
         self._metrics = metrics
         self.settings = settings
-        self.serving = OpenAIServing(service, settings)
         self.tokenizing = Tokenizing(fleet, service, settings)
+        self.serving = OpenAIServing(service, settings, self.tokenizing)
         self.anthropic = AnthropicServing(service, settings)
         self.counting = CountTokens(self.tokenizing)
         self._started = int(time.time())

@@ -9,6 +9,7 @@ engine batches them differently.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -383,3 +384,77 @@ async def test_a_trusted_request_template_is_the_one_applied(
         assert answer.usage is not None and their_prompt.usage is not None
         assert answer.usage.prompt_tokens == their_prompt.usage.prompt_tokens
         assert answer.choices[0].message.content == their_prompt.choices[0].text
+
+
+# --- return_token_ids: the answers as JSON (the SDK's types do not name these fields) ----------
+
+
+def _ids_of_body(answer: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "prompt_token_ids": answer.get("prompt_token_ids"),
+        "choices": [
+            {
+                "index": c["index"],
+                "prompt_token_ids": c.get("prompt_token_ids"),
+                "token_ids": c.get("token_ids"),
+                "text": c["message"]["content"] if "message" in c else c["text"],
+            }
+            for c in answer["choices"]
+        ],
+    }
+
+
+def _ids_of_stream(lines: list[str]) -> dict[str, Any]:
+    """The stream's prompt ids (where they came, and that they came once per choice) and each
+    choice's ids and text, joined."""
+    prompt: list[Any] = []
+    choices: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        if not line.startswith("data: {"):
+            continue
+        chunk = json.loads(line.removeprefix("data: "))
+        if "prompt_token_ids" in chunk and chunk["prompt_token_ids"] is not None:
+            prompt.append(chunk["prompt_token_ids"])
+        for c in chunk["choices"]:
+            out = choices.setdefault(
+                c["index"],
+                {"index": c["index"], "prompt_token_ids": [], "token_ids": [], "text": ""},
+            )
+            if c.get("prompt_token_ids") is not None:
+                out["prompt_token_ids"].append(c["prompt_token_ids"])
+            out["token_ids"] += c.get("token_ids") or []
+            out["text"] += c["delta"].get("content") or "" if "delta" in c else c["text"]
+    return {"prompt_token_ids": prompt, "choices": [choices[i] for i in sorted(choices)]}
+
+
+TOKEN_ID_CASES: dict[str, dict[str, Any]] = {
+    "chat": {"messages": MESSAGES},
+    "chat_n": {"messages": MESSAGES, "n": 2, "temperature": 0.9, "seed": 5},
+    "completion": {"prompt": "Shards of"},
+    "completion_ids": {"prompt": [300, 301, 302]},
+    "completion_n": {"prompt": "Shards of", "n": 2, "temperature": 0.8, "seed": 11},
+    "completion_echo": {"prompt": "Shards of", "echo": True},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+@pytest.mark.parametrize("case", sorted(TOKEN_ID_CASES))
+async def test_return_token_ids_answers_as_vllm_serve(
+    gateway_url: str, vllm_server: str, case: str, stream: bool
+) -> None:
+    fields = TOKEN_ID_CASES[case]
+    path = "/chat/completions" if "messages" in fields else "/completions"
+    body = {"model": MODEL, **GREEDY, **fields, "return_token_ids": True, "stream": stream}
+    answers = []
+    async with httpx.AsyncClient(timeout=120.0) as http:
+        for base in (gateway_url, vllm_server + "/v1"):
+            r = await http.post(base + path, json=body)
+            assert r.status_code == 200, r.text
+            answers.append(
+                _ids_of_stream(r.text.splitlines()) if stream else _ids_of_body(r.json())
+            )
+    ours, theirs = answers
+    assert ours == theirs
+    # (the case shows ids: prompt ids, and generated ones in every choice)
+    assert ours["prompt_token_ids"] or all(c["prompt_token_ids"] for c in ours["choices"])
+    assert all(c["token_ids"] for c in ours["choices"])

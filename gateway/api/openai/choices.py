@@ -16,7 +16,7 @@ import time
 from aiohttp import web
 
 from gateway import tasks
-from gateway.api.openai import encode
+from gateway.api.openai import encode, token_ids
 from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
@@ -30,8 +30,16 @@ _Item = tuple[int, list[Delta], GatewayError | None]
 
 
 class Choices:
-    def __init__(self, service: Service, req: GenerationRequest, kind: str) -> None:
+    def __init__(
+        self,
+        service: Service,
+        req: GenerationRequest,
+        kind: str,
+        prompt_ids: list[int] | None = None,
+    ) -> None:
+        """`prompt_ids`: the prompt's token ids, for a request that asks for token ids."""
         self.req = req
+        self.prompt_ids = prompt_ids
         self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
         self.jobs: list[Job] = []
         self._service = service
@@ -90,6 +98,7 @@ class Choices:
         n = len(self.jobs)
         texts: list[list[str]] = [[req.prompt or ""] if req.echo else [] for _ in range(n)]
         lps: list[list[Logprobs]] = [[] for _ in range(n)]
+        ids: list[list[int]] = [[] for _ in range(n)]
         left = n
         while left:
             index, batch, _ = await self._next()
@@ -98,6 +107,7 @@ class Choices:
                 continue
             for d in batch:
                 self.tallies[index].add(d)
+                ids[index] += d.token_ids
                 texts[index].append(d.text)
                 if d.logprobs:
                     lps[index].extend(d.logprobs)
@@ -116,6 +126,8 @@ class Choices:
             choices.append(encode.Choice("".join(texts[i]), reason, logprobs, message, role))
         encoder = encode.encode_chat_completion if self.kind == "chat" else encode.encode_completion
         body = encoder(req.request_id, req.served_model, int(time.time()), choices, self.usage())
+        if self.prompt_ids is not None:
+            body = token_ids.body_with(body, chat, self.prompt_ids, ids)
         headers = response_headers(self.jobs[0])
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -138,6 +150,8 @@ class Choices:
             )
             for i in range(len(self.jobs))
         ]
+        prompt = self.prompt_ids
+        ids = [token_ids.StreamIds(self.kind, prompt) for _ in encs] if prompt is not None else None
         buf = bytearray()
         began = False
         left = len(encs)
@@ -148,6 +162,8 @@ class Choices:
                 if not batch:
                     left -= 1
                     enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
+                    if ids is not None:
+                        ids[index].add(buf, [])
                 for d in batch:
                     if d.token_ids or d.text or d.parsed:
                         if not began:
@@ -157,8 +173,14 @@ class Choices:
                             delta = delta_of(answer.add(d.parsed))
                             if delta is not None:
                                 enc.delta_chunk_into(buf, delta, d.logprobs)
+                                if ids is not None:
+                                    ids[index].add(buf, d.token_ids)
+                            elif ids is not None:
+                                ids[index].held += d.token_ids  # (nothing to show yet)
                         else:
                             enc.token_chunk_into(buf, d.text, d.logprobs)
+                            if ids is not None:
+                                ids[index].add(buf, d.token_ids)
                     elif not d.finish and not d.prompt_tokens:
                         buf += KEEPALIVE  # queued or preempted: keep the connection alive
                     tally.add(d)
@@ -182,7 +204,10 @@ class Choices:
     def _begin(self, buf: bytearray, encs: list[encode.ChunkEncoder]) -> None:
         """Each choice's first chunks, before any choice's tokens (as vLLM sends them)."""
         for enc in encs:
-            buf += enc.role_chunk()
+            chunk = enc.role_chunk()
+            if chunk and self.prompt_ids is not None:
+                chunk = token_ids.role_chunk_with(chunk, self.prompt_ids)
+            buf += chunk
         if self.req.echo:
             for enc in encs:
                 enc.token_chunk_into(buf, self.req.prompt or "")

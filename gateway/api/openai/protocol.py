@@ -176,8 +176,6 @@ def _check_unserved(req: _Common) -> None:
         raise not_served(
             "stream_options.continuous_usage_stats", "usage comes with the last chunk only"
         )
-    if req.return_token_ids:
-        raise not_served("return_token_ids", "token ids are not returned yet")
     if req.truncate_prompt_tokens is not None:
         raise not_served("truncate_prompt_tokens", "prompts are not truncated")
 
@@ -296,6 +294,7 @@ def _request(
         priority=req.priority,
     )
     out.n = req.n or 1
+    out.return_token_ids = bool(req.return_token_ids)
     return out
 
 
@@ -441,7 +440,8 @@ def decode_completion(
         prompt = prompt[0]
     if isinstance(prompt, str):
         out = _request(req, request_id, default_max_tokens, prompt=prompt, logprobs=logprobs)
-        out.echo = bool(req.echo)
+        # (with token ids, vLLM echoes the prompt's ids, not its text)
+        out.echo = bool(req.echo) and not req.return_token_ids
         if req.add_special_tokens is False:  # (vLLM's default for completions: true)
             out.generation.add_special_tokens = False
         return out

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.api.body import read_body
-from gateway.api.openai import encode
+from gateway.api.openai import encode, token_ids
 from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.choices import Choices
 from gateway.api.openai.direct import DirectSink
@@ -23,6 +23,8 @@ from gateway.api.openai.sse import (
     response_headers,
 )
 from gateway.api.openai.template import response_role
+from gateway.api.openai.token_ids import prompt_token_ids
+from gateway.api.openai.tokenize import Tokenizing
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
@@ -48,9 +50,10 @@ __all__ = [
 
 
 class OpenAIServing:
-    def __init__(self, service: Service, settings: GatewaySettings) -> None:
+    def __init__(self, service: Service, settings: GatewaySettings, tokenizing: Tokenizing) -> None:
         self._service = service
         self.settings = settings
+        self._tokenizing = tokenizing
 
     async def generate(
         self, request: web.Request, rid: str, decode: Decode, kind: encode.ChunkKind
@@ -65,8 +68,11 @@ class OpenAIServing:
         req.session_id = headers.get("x-session-id", "")[:128]
         key = bearer_key(headers.get("Authorization"))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        prompt_ids = None
+        if req.return_token_ids:
+            prompt_ids = await prompt_token_ids(self._tokenizing, req, key)
         if req.n > 1:
-            choices = Choices(self._service, req, kind)
+            choices = Choices(self._service, req, kind, prompt_ids)
             try:
                 await choices.submit(key)
                 choices.arm(deadline, self.settings.first_token_timeout_s)
@@ -80,15 +86,20 @@ class OpenAIServing:
         try:
             batch = await gen.take()
             if req.stream:
-                return await self._stream(request, gen, kind, batch)
+                return await self._stream(request, gen, kind, batch, prompt_ids)
             while batch and not gen.began:  # keep-alives while queued: nothing to say yet
                 batch = await gen.take()
-            return await self._unary(gen, kind, batch, response_headers(gen))
+            return await self._unary(gen, kind, batch, response_headers(gen), prompt_ids)
         finally:
             gen.close()
 
     async def _unary(
-        self, gen: Job, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
+        self,
+        gen: Job,
+        kind: encode.ChunkKind,
+        batch: list[Delta],
+        headers: dict[str, str],
+        prompt_ids: list[int] | None = None,
     ) -> web.Response:
         tally = Tally()
         req = gen.request
@@ -96,9 +107,11 @@ class OpenAIServing:
         texts: list[str] = [req.prompt or ""] if req.echo else []
         fmt = formatter(kind == "chat", req.sampling.logprobs)
         lps: list[Logprobs] = []
+        ids: list[int] = []
         while batch:
             for d in batch:
                 tally.add(d)
+                ids += d.token_ids
                 texts.append(d.text)
                 if d.logprobs:
                     lps.extend(d.logprobs)
@@ -112,10 +125,17 @@ class OpenAIServing:
         encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
         choice = encode.Choice(text, reason, logprobs, message if kind == "chat" else None, role)
         body = encoder(req.request_id, req.served_model, int(time.time()), [choice], tally.usage())
+        if prompt_ids is not None:
+            body = token_ids.body_with(body, kind == "chat", prompt_ids, [ids])
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _stream(
-        self, request: web.Request, gen: Job, kind: encode.ChunkKind, batch: list[Delta]
+        self,
+        request: web.Request,
+        gen: Job,
+        kind: encode.ChunkKind,
+        batch: list[Delta],
+        prompt_ids: list[int] | None = None,
     ) -> web.StreamResponse:
         """Streams the generation (the job's timer ends it with an error event if it runs past
         its deadline). A request still queued when its keep-alive is due gets its headers and
@@ -144,17 +164,21 @@ class OpenAIServing:
             if gen.first_replica and "x-shardgate-replica" not in headers:
                 # The head left before a replica took it: named here instead.
                 buf += b": x-shardgate-replica: %s\n\n" % gen.first_replica.encode()
-        buf += enc.role_chunk()
+        role_chunk = enc.role_chunk()
+        if prompt_ids is not None and role_chunk:
+            role_chunk = token_ids.role_chunk_with(role_chunk, prompt_ids)
+        buf += role_chunk
         if req.echo:  # completions: the prompt first, as vLLM streams it
             enc.token_chunk_into(buf, req.prompt or "")
         transport = request.transport
         sink = None
-        if self.settings.direct_writes and transport is not None:
+        ids = token_ids.StreamIds(kind, prompt_ids) if prompt_ids is not None else None
+        if self.settings.direct_writes and transport is not None and ids is None:
             chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
             sink = DirectSink(transport, chunked, enc, tally)
         try:
             try:
-                await self._relay(resp, gen, enc, batch, buf, tally, sink, answer)
+                await self._relay(resp, gen, enc, batch, buf, tally, sink, answer, ids)
             finally:
                 gen.out.sink = None
                 if sink is not None:
@@ -162,6 +186,8 @@ class OpenAIServing:
         except GatewayError as e:
             return await self._end_with(resp, req, enc, buf, tally, e)
         enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
+        if ids is not None:
+            ids.add(buf, [])
         if req.include_usage:
             enc.usage_chunk_into(buf, tally.usage())
         buf += encode.DONE
@@ -205,6 +231,7 @@ class OpenAIServing:
         tally: Tally,
         sink: DirectSink | None,
         answer: Answer,
+        ids: token_ids.StreamIds | None = None,
     ) -> None:
         """Write the generation's chunks as they come: straight from the link reader through
         the sink while the client keeps up, here (awaiting the socket) when it does not."""
@@ -218,8 +245,14 @@ class OpenAIServing:
                     delta = delta_of(answer.add(d.parsed))
                     if delta is not None:
                         enc.delta_chunk_into(buf, delta, d.logprobs)
+                        if ids is not None:
+                            ids.add(buf, d.token_ids)
+                    elif ids is not None and d.token_ids:
+                        ids.held += d.token_ids  # (tokens with nothing to show yet)
                 elif d.token_ids or d.text:
                     enc.token_chunk_into(buf, d.text, d.logprobs)
+                    if ids is not None:
+                        ids.add(buf, d.token_ids)
                 elif not d.finish and not d.prompt_tokens:
                     buf += KEEPALIVE  # waiting in a queue: keep the connection alive
                 tally.add(d)

@@ -308,7 +308,6 @@ def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> Non
 NOT_SERVED: list[tuple[str, Any]] = [
     ("prompt_logprobs", 1),
     ("logprob_token_ids", [5]),
-    ("return_token_ids", True),
     ("truncate_prompt_tokens", 8),
 ]
 
