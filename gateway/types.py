@@ -23,6 +23,7 @@ class GenerationRequest(GenerationView):
 
     __slots__ = (
         "_priority",
+        "continuous_usage",
         "echo",
         "generation",
         "include_usage",
@@ -63,6 +64,7 @@ class GenerationRequest(GenerationView):
         self.echo = False  # completions: the prompt comes back before the completion
         self.n = 1  # choices: n > 1 runs as n engine requests (child)
         self.return_token_ids = False  # the answer carries the prompt's and choices' token ids
+        self.continuous_usage = False  # every chunk of the stream carries the usage so far
         self._priority = priority  # None: the client asked for no class
 
     def _key(self) -> tuple[object, ...]:
@@ -75,6 +77,7 @@ class GenerationRequest(GenerationView):
             self.echo,
             self.n,
             self.return_token_ids,
+            self.continuous_usage,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -102,6 +105,7 @@ class GenerationRequest(GenerationView):
         )
         out.stream, out.include_usage, out.echo = self.stream, self.include_usage, self.echo
         out.session_id, out._priority, out.n = self.session_id, self._priority, 1
+        out.return_token_ids, out.continuous_usage = self.return_token_ids, self.continuous_usage
         return out
 
     @property

@@ -458,3 +458,80 @@ async def test_return_token_ids_answers_as_vllm_serve(
     # (the case shows ids: prompt ids, and generated ones in every choice)
     assert ours["prompt_token_ids"] or all(c["prompt_token_ids"] for c in ours["choices"])
     assert all(c["token_ids"] for c in ours["choices"])
+
+
+# --- stream_options.continuous_usage_stats -----------------------------------------------------
+
+
+def _usages(lines: list[str]) -> dict[str, Any]:
+    """What the usage in the chunks says: whether every chunk of a choice had one, whether each
+    counted the tokens of its choice up to it (their `token_ids`), each choice's prompt and last
+    count, and the last usage chunk. (Where chunks are cut is the engine's timing: vLLM merges
+    the outputs of steps its server has not sent yet, so those are not compared.)"""
+    per: dict[int, dict[str, Any]] = {}
+    every = counted = True
+    last = None
+    for line in lines:
+        if not line.startswith("data: {"):
+            continue
+        chunk = json.loads(line.removeprefix("data: "))
+        u = chunk.get("usage")
+        if not chunk["choices"]:
+            last = (u["prompt_tokens"], u["completion_tokens"], u["total_tokens"])
+            continue
+        every = every and u is not None
+        if u is None:
+            continue
+        c = chunk["choices"][0]
+        seen = per.setdefault(c["index"], {"prompt": set(), "ids": 0, "completion": 0})
+        seen["ids"] += len(c.get("token_ids") or [])
+        seen["prompt"].add(u["prompt_tokens"])
+        seen["completion"] = u["completion_tokens"]
+        counted = counted and u["completion_tokens"] == seen["ids"]
+        counted = counted and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    return {
+        "every": every,
+        "counted": counted,
+        "per_choice": [per[i] for i in sorted(per)],
+        "last": last,
+    }
+
+
+USAGE_CASES: dict[str, dict[str, Any]] = {
+    "chat": {"messages": MESSAGES},
+    "chat_n": {"messages": MESSAGES, "n": 2, "temperature": 0.9, "seed": 5},
+    "completion": {"prompt": "Shards of"},
+    "completion_n": {"prompt": "Shards of", "n": 2, "temperature": 0.8, "seed": 11},
+}
+
+
+@pytest.mark.parametrize("case", sorted(USAGE_CASES))
+async def test_continuous_usage_stats_as_vllm_serve(
+    gateway_url: str, vllm_server: str, case: str
+) -> None:
+    fields = USAGE_CASES[case]
+    path = "/chat/completions" if "messages" in fields else "/completions"
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    body = {**GREEDY, **fields, "stream": True, "stream_options": options}
+    body.update(model=MODEL, return_token_ids=True)  # (what the counts are checked against)
+    answers = []
+    async with httpx.AsyncClient(timeout=120.0) as http:
+        for base in (gateway_url, vllm_server + "/v1"):
+            r = await http.post(base + path, json=body)
+            assert r.status_code == 200, r.text
+            answers.append(_usages(r.text.splitlines()))
+    ours, theirs = answers
+    assert ours == theirs
+    assert ours["every"] and ours["counted"] and ours["last"] is not None
+
+
+async def test_continuous_usage_stats_needs_include_usage_as_in_vllm_serve(
+    gateway_url: str, vllm_server: str
+) -> None:
+    options = {"continuous_usage_stats": True}
+    body = {"model": MODEL, **GREEDY, "prompt": "Shards", "stream": True, "stream_options": options}
+    async with httpx.AsyncClient(timeout=120.0) as http:
+        for base in (gateway_url, vllm_server + "/v1"):
+            r = await http.post(base + "/completions", json=body)
+            assert r.status_code == 200, r.text
+            assert '"usage"' not in r.text or '"usage":null' in r.text.replace(" ", "")

@@ -21,6 +21,7 @@ from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
 from gateway.api.openai.template import response_role
+from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.types import Delta, GatewayError, GenerationRequest, Logprobs, Usage
@@ -152,6 +153,7 @@ class Choices:
         ]
         prompt = self.prompt_ids
         ids = [token_ids.StreamIds(self.kind, prompt) for _ in encs] if prompt is not None else None
+        usage = [ChoiceUsage() for _ in encs] if req.continuous_usage else None
         buf = bytearray()
         began = False
         left = len(encs)
@@ -164,23 +166,33 @@ class Choices:
                     enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
                     if ids is not None:
                         ids[index].add(buf, [])
+                    if usage is not None:
+                        usage[index].add(buf)
                 for d in batch:
+                    if (d.token_ids or d.text or d.parsed) and not began:
+                        began = True
+                        if usage is not None:
+                            usage[index].see_prompt([d])
+                        self._begin(buf, encs, usage)
+                    if usage is not None:
+                        usage[index].see(d)
                     if d.token_ids or d.text or d.parsed:
-                        if not began:
-                            began = True
-                            self._begin(buf, encs)
                         if d.parsed:  # an answer its engine parsed: its pieces
                             delta = delta_of(answer.add(d.parsed))
                             if delta is not None:
                                 enc.delta_chunk_into(buf, delta, d.logprobs)
                                 if ids is not None:
                                     ids[index].add(buf, d.token_ids)
+                                if usage is not None:
+                                    usage[index].add(buf)
                             elif ids is not None:
                                 ids[index].held += d.token_ids  # (nothing to show yet)
                         else:
                             enc.token_chunk_into(buf, d.text, d.logprobs)
                             if ids is not None:
                                 ids[index].add(buf, d.token_ids)
+                            if usage is not None:
+                                usage[index].add(buf)
                     elif not d.finish and not d.prompt_tokens:
                         buf += KEEPALIVE  # queued or preempted: keep the connection alive
                     tally.add(d)
@@ -201,13 +213,24 @@ class Choices:
         await resp.write_eof(bytes(buf))
         return resp
 
-    def _begin(self, buf: bytearray, encs: list[encode.ChunkEncoder]) -> None:
-        """Each choice's first chunks, before any choice's tokens (as vLLM sends them)."""
-        for enc in encs:
+    def _begin(
+        self, buf: bytearray, encs: list[encode.ChunkEncoder], usage: list[ChoiceUsage] | None
+    ) -> None:
+        """Each choice's first chunks, before any choice's tokens (as vLLM sends them); with
+        continuous usage, the prompt's tokens are those of the choice that began."""
+        if usage is not None:
+            prompt = max(u.prompt for u in usage)
+            for u in usage:
+                u.prompt = u.prompt or prompt
+        for i, enc in enumerate(encs):
             chunk = enc.role_chunk()
             if chunk and self.prompt_ids is not None:
                 chunk = token_ids.role_chunk_with(chunk, self.prompt_ids)
             buf += chunk
+            if chunk and usage is not None:
+                usage[i].add(buf)
         if self.req.echo:
-            for enc in encs:
+            for i, enc in enumerate(encs):
                 enc.token_chunk_into(buf, self.req.prompt or "")
+                if usage is not None:
+                    usage[i].add(buf)

@@ -83,7 +83,7 @@ class ChatMessage(msgspec.Struct):
 
 class StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
-    continuous_usage_stats: bool | None = None  # vLLM extension: not served yet
+    continuous_usage_stats: bool | None = None  # vLLM extension
 
 
 class _Common(msgspec.Struct, kw_only=True):
@@ -172,10 +172,6 @@ def _check_unserved(req: _Common) -> None:
         raise not_served("prompt_logprobs", "prompt logprobs are not served")
     if req.logprob_token_ids:
         raise not_served("logprob_token_ids", "logprobs of chosen tokens are not served")
-    if req.stream_options is not None and req.stream_options.continuous_usage_stats:
-        raise not_served(
-            "stream_options.continuous_usage_stats", "usage comes with the last chunk only"
-        )
     if req.truncate_prompt_tokens is not None:
         raise not_served("truncate_prompt_tokens", "prompts are not truncated")
 
@@ -295,6 +291,8 @@ def _request(
     )
     out.n = req.n or 1
     out.return_token_ids = bool(req.return_token_ids)
+    # (vLLM: only with include_usage)
+    out.continuous_usage = out.include_usage and bool(opts and opts.continuous_usage_stats)
     return out
 
 

@@ -25,6 +25,7 @@ from gateway.api.openai.sse import (
 from gateway.api.openai.template import response_role
 from gateway.api.openai.token_ids import prompt_token_ids
 from gateway.api.openai.tokenize import Tokenizing
+from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
@@ -168,17 +169,25 @@ class OpenAIServing:
         if prompt_ids is not None and role_chunk:
             role_chunk = token_ids.role_chunk_with(role_chunk, prompt_ids)
         buf += role_chunk
+        usage = ChoiceUsage() if req.continuous_usage else None
+        if usage is not None:
+            usage.see_prompt(batch)
+            if role_chunk:
+                usage.add(buf)
         if req.echo:  # completions: the prompt first, as vLLM streams it
             enc.token_chunk_into(buf, req.prompt or "")
+            if usage is not None:
+                usage.add(buf)
         transport = request.transport
         sink = None
         ids = token_ids.StreamIds(kind, prompt_ids) if prompt_ids is not None else None
-        if self.settings.direct_writes and transport is not None and ids is None:
+        slow = ids is not None or usage is not None  # (chunks with more than the tokens)
+        if self.settings.direct_writes and transport is not None and not slow:
             chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
             sink = DirectSink(transport, chunked, enc, tally)
         try:
             try:
-                await self._relay(resp, gen, enc, batch, buf, tally, sink, answer, ids)
+                await self._relay(resp, gen, enc, batch, buf, tally, sink, answer, ids, usage)
             finally:
                 gen.out.sink = None
                 if sink is not None:
@@ -188,6 +197,8 @@ class OpenAIServing:
         enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
         if ids is not None:
             ids.add(buf, [])
+        if usage is not None:
+            usage.add(buf)
         if req.include_usage:
             enc.usage_chunk_into(buf, tally.usage())
         buf += encode.DONE
@@ -232,6 +243,7 @@ class OpenAIServing:
         sink: DirectSink | None,
         answer: Answer,
         ids: token_ids.StreamIds | None = None,
+        usage: ChoiceUsage | None = None,
     ) -> None:
         """Write the generation's chunks as they come: straight from the link reader through
         the sink while the client keeps up, here (awaiting the socket) when it does not."""
@@ -241,18 +253,24 @@ class OpenAIServing:
             if sink is not None:
                 sink.flush()  # frames it buffered go out before anything written here
             for d in batch:
+                if usage is not None:
+                    usage.see(d)
                 if d.parsed:  # an answer its engine parsed: its pieces, not the raw text
                     delta = delta_of(answer.add(d.parsed))
                     if delta is not None:
                         enc.delta_chunk_into(buf, delta, d.logprobs)
                         if ids is not None:
                             ids.add(buf, d.token_ids)
+                        if usage is not None:
+                            usage.add(buf)
                     elif ids is not None and d.token_ids:
                         ids.held += d.token_ids  # (tokens with nothing to show yet)
                 elif d.token_ids or d.text:
                     enc.token_chunk_into(buf, d.text, d.logprobs)
                     if ids is not None:
                         ids.add(buf, d.token_ids)
+                    if usage is not None:
+                        usage.add(buf)
                 elif not d.finish and not d.prompt_tokens:
                     buf += KEEPALIVE  # waiting in a queue: keep the connection alive
                 tally.add(d)

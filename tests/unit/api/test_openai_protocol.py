@@ -312,12 +312,6 @@ NOT_SERVED: list[tuple[str, Any]] = [
 ]
 
 
-def test_continuous_usage_stats_is_refused_by_name() -> None:
-    with pytest.raises(InvalidRequest) as e:
-        decode_chat(chat(stream=True, stream_options={"continuous_usage_stats": True}), "rid")
-    assert e.value.param == "stream_options.continuous_usage_stats"
-
-
 @pytest.mark.parametrize(("field", "value"), NOT_SERVED)
 def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> None:
     with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
