@@ -23,6 +23,7 @@ class GenerationRequest(GenerationView):
 
     __slots__ = (
         "_priority",
+        "batch",
         "continuous_usage",
         "echo",
         "generation",
@@ -65,6 +66,9 @@ class GenerationRequest(GenerationView):
         self.n = 1  # choices: n > 1 runs as n engine requests (child)
         self.return_token_ids = False  # the answer carries the prompt's and choices' token ids
         self.continuous_usage = False  # every chunk of the stream carries the usage so far
+        # A batch of prompts (completions): each a text or token ids; n choices each, choice
+        # p * n + i of prompt p. Empty: the one prompt of the generation.
+        self.batch: tuple[str | tuple[int, ...], ...] = ()
         self._priority = priority  # None: the client asked for no class
 
     def _key(self) -> tuple[object, ...]:
@@ -78,6 +82,7 @@ class GenerationRequest(GenerationView):
             self.n,
             self.return_token_ids,
             self.continuous_usage,
+            self.batch,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -95,18 +100,29 @@ class GenerationRequest(GenerationView):
         own id, and with a seed, the seed plus its index."""
         g = self.generation
         seed = g.sampling.seed
+        prompt, i = divmod(index, self.n)  # (of a batch: each prompt's choices as n of one)
         if seed is not None:
-            sampling = msgspec.structs.replace(g.sampling, seed=(seed + index) % 2**64)
+            sampling = msgspec.structs.replace(g.sampling, seed=(seed + i) % 2**64)
         else:
             sampling = g.sampling
         out = GenerationRequest.__new__(GenerationRequest)
         out.generation = msgspec.structs.replace(
             g, request_id=f"{index}_{g.request_id}", sampling=sampling
         )
+        if self.batch:
+            given = self.batch[prompt]
+            text, ids = (given, None) if isinstance(given, str) else (None, given)
+            out.generation.prompt, out.generation.prompt_token_ids = text, ids
+        out.batch = ()
         out.stream, out.include_usage, out.echo = self.stream, self.include_usage, self.echo
         out.session_id, out._priority, out.n = self.session_id, self._priority, 1
         out.return_token_ids, out.continuous_usage = self.return_token_ids, self.continuous_usage
         return out
+
+    @property
+    def choices(self) -> int:
+        """The answer's choices: n, of each prompt of a batch."""
+        return self.n * (len(self.batch) or 1)
 
     @property
     def model(self) -> str:

@@ -93,3 +93,40 @@ def test_return_token_ids_are_the_ids_the_engine_ran(
             ids.setdefault(c["index"], []).extend(c.get("token_ids", []))  # (not the role's)
     assert {i: len(v) for i, v in ids.items()} == dict.fromkeys(range(n), 5)
     assert events[-1]["usage"]["completion_tokens"] == 5 * n
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_batch_of_prompts_answers_each_with_n_choices(cluster: Cluster, stream: bool) -> None:
+    import openai
+
+    prompts = ["Tell me", "About the shards of glass"]
+    counts = [
+        post(cluster, "/tokenize", {"model": "sim-llama", "prompt": p})[1]["count"] for p in prompts
+    ]
+    with openai.OpenAI(base_url=f"{cluster.http_url}/v1", api_key="none", max_retries=0) as c:
+        kwargs: dict[str, Any] = {
+            "model": "sim-llama",
+            "prompt": prompts,
+            "n": 2,
+            "max_tokens": 3,
+            "seed": 1,
+        }
+        texts: dict[int, str] = {}
+        if stream:
+            usage = None
+            for chunk in c.completions.create(
+                **kwargs, stream=True, stream_options={"include_usage": True}
+            ):
+                for ch in chunk.choices:
+                    texts[ch.index] = texts.get(ch.index, "") + ch.text
+                usage = chunk.usage or usage
+        else:
+            answer = c.completions.create(**kwargs)
+            texts = {ch.index: ch.text for ch in answer.choices}
+            usage = answer.usage
+        # Each prompt alone, for its choices' texts: choice p * n + i is prompt p's i-th.
+        alone = [c.completions.create(**{**kwargs, "prompt": p}) for p in prompts]
+    assert sorted(texts) == [0, 1, 2, 3]
+    assert [texts[i] for i in range(4)] == [ch.text for a in alone for ch in a.choices]
+    assert usage is not None and usage.prompt_tokens == sum(counts)
+    assert usage.completion_tokens == 4 * 3

@@ -230,6 +230,12 @@ CHAT_CASES: dict[str, dict[str, Any]] = {
 COMPLETION_CASES: dict[str, dict[str, Any]] = {
     "greedy": {},
     "no_special_tokens": {"extra_body": {"add_special_tokens": False}},
+    # a batch of prompts: choice p * n + i of prompt p, usage summed
+    "batch": {"prompt": ["Shards of", "Glass is", "A"]},
+    "batch_ids": {"prompt": [[300, 301], [302, 303, 304]]},
+    "batch_n": {"prompt": ["Shards of", "Glass is"], "n": 2, "temperature": 0.8, "seed": 11},
+    "batch_echo": {"prompt": ["Shards of", "Glass is"], "echo": True},
+    "batch_logprobs": {"prompt": ["Shards of", "Glass is"], "logprobs": 2},
     "seeded": {"temperature": 0.8, "seed": 99},
     "stop": {"stop": [" S", "h"]},
     "logprobs_0": {"logprobs": 0},

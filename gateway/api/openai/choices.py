@@ -46,14 +46,14 @@ class Choices:
         self._service = service
         self._items: asyncio.Queue[_Item] = asyncio.Queue()
         self._pumps: list[asyncio.Task[None]] = []
-        self.tallies = [Tally() for _ in range(req.n)]
-        self.answers = [Answer(req.generation.tools) for _ in range(req.n)]
+        self.tallies = [Tally() for _ in range(req.choices)]
+        self.answers = [Answer(req.generation.tools) for _ in range(req.choices)]
 
     async def submit(self, api_key: str | None) -> None:
         """Admit every choice, or none: the first refusal drops those admitted (`close`)."""
         req = self.req
         session = req.session_id or f"choices:{req.request_id}"
-        for i in range(req.n):
+        for i in range(req.choices):
             child = req.child(i)
             child.session_id = session
             self.jobs.append(await self._service.submit(child, api_key))
@@ -90,14 +90,15 @@ class Choices:
         return index, batch, None
 
     def usage(self) -> Usage:
-        first = self.tallies[0]
+        """Each prompt counted once (its n choices share it), every choice's completion."""
+        firsts = self.tallies[:: self.req.n]
         completion = sum(t.usage().completion_tokens for t in self.tallies)
-        return Usage(first.prompt, completion, first.cached)
+        return Usage(sum(t.prompt for t in firsts), completion, sum(t.cached for t in firsts))
 
     async def unary(self) -> web.Response:
         req = self.req
         n = len(self.jobs)
-        texts: list[list[str]] = [[req.prompt or ""] if req.echo else [] for _ in range(n)]
+        texts: list[list[str]] = [[j.request.prompt or ""] if req.echo else [] for j in self.jobs]
         lps: list[list[Logprobs]] = [[] for _ in range(n)]
         ids: list[list[int]] = [[] for _ in range(n)]
         left = n
@@ -231,6 +232,6 @@ class Choices:
                 usage[i].add(buf)
         if self.req.echo:
             for i, enc in enumerate(encs):
-                enc.token_chunk_into(buf, self.req.prompt or "")
+                enc.token_chunk_into(buf, self.jobs[i].request.prompt or "")
                 if usage is not None:
                     usage[i].add(buf)

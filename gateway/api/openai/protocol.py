@@ -451,13 +451,49 @@ def decode_completion(
             req, request_id, default_max_tokens, prompt_token_ids=ids, logprobs=logprobs
         )
     if prompt and all(isinstance(p, (str, list)) for p in prompt):
-        raise InvalidRequest(
-            "prompt is not supported as a batch: send one prompt (a string or a list of "
-            "token ids) per request.",
-            "prompt",
-        )
+        return _batch(req, request_id, default_max_tokens, prompt, logprobs)
     raise InvalidRequest(
         "Invalid value for 'prompt': must be a string, or a non-empty array of token ids "
         "(integers of at least 0).",
         "prompt",
     )
+
+
+def _batch(
+    req: CompletionRequest,
+    request_id: str,
+    default_max_tokens: int,
+    prompts: list[Any],
+    logprobs: int | None,
+) -> GenerationRequest:
+    """A batch of prompts (texts or token-id lists): n choices of each, as vLLM answers it."""
+    batch: list[str | tuple[int, ...]] = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            batch.append(p)
+        elif p and all(type(t) is int and 0 <= t <= INT32_MAX for t in p):
+            if req.echo:
+                raise not_served("echo", "a prompt of token ids is not echoed (send its text)")
+            batch.append(tuple(p))
+        else:
+            raise InvalidRequest(
+                f"Invalid value for 'prompt[{i}]': must be a string, or a non-empty array of "
+                "token ids (integers of at least 0).",
+                f"prompt[{i}]",
+            )
+    if len(batch) * (req.n or 1) > MAX_N:
+        raise InvalidRequest(
+            f"Invalid value for 'prompt': at most {MAX_N} choices (prompts times n).", "prompt"
+        )
+    if req.return_token_ids:
+        raise not_served("return_token_ids", "the token ids of a batch of prompts")
+    first = batch[0]
+    text, ids = (first, None) if isinstance(first, str) else (None, first)
+    out = _request(
+        req, request_id, default_max_tokens, prompt=text, prompt_token_ids=ids, logprobs=logprobs
+    )
+    out.echo = bool(req.echo)
+    if req.add_special_tokens is False:
+        out.generation.add_special_tokens = False
+    out.batch = tuple(batch)
+    return out

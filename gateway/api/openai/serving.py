@@ -72,7 +72,7 @@ class OpenAIServing:
         prompt_ids = None
         if req.return_token_ids:
             prompt_ids = await prompt_token_ids(self._tokenizing, req, key)
-        if req.n > 1:
+        if req.choices > 1:
             choices = Choices(self._service, req, kind, prompt_ids)
             try:
                 await choices.submit(key)

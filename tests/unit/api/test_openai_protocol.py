@@ -138,12 +138,10 @@ COMPLETION_CASES: list[tuple[dict[str, Any], str]] = [
     ({"prompt": 5}, "prompt"),
     ({"prompt": None}, "prompt"),
     ({"prompt": []}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
     ({"prompt": [-1, 2]}, "prompt"),
     ({"prompt": [1, "a"]}, "prompt"),
     ({"prompt": [1.5]}, "prompt"),
     ({"prompt": [True]}, "prompt"),
-    ({"prompt": [[1, 2, 3]]}, "prompt"),
     ({"prompt": {"text": "x"}}, "prompt"),
     ({"logprobs": True}, "logprobs"),
     ({"logprobs": -2}, "logprobs"),
@@ -504,11 +502,44 @@ def test_a_completion_prompt_of_token_ids_goes_to_the_engine_as_ids() -> None:
     assert decode_completion(completion(prompt=[7]), "rid").prompt_token_ids == (7,)
 
 
-@pytest.mark.parametrize("prompt", [["a", "b"], [[1, 2], [3]], [[1, 2]]])
-def test_batches_of_prompts_are_refused_by_name(prompt: list[Any]) -> None:
-    with pytest.raises(InvalidRequest, match="prompt is not supported as a batch") as e:
-        decode_completion(completion(prompt=prompt), "rid")
-    assert e.value.param == "prompt"
+@pytest.mark.parametrize(
+    ("prompt", "batch"),
+    [
+        (["a", "b"], ("a", "b")),
+        ([[1, 2], [3]], ((1, 2), (3,))),
+        ([[1, 2]], ((1, 2),)),
+        (["a", [4, 5]], ("a", (4, 5))),
+    ],
+)
+def test_a_batch_of_prompts_is_one_choice_per_prompt_and_n(
+    prompt: list[Any], batch: tuple[Any, ...]
+) -> None:
+    req = decode_completion(completion(prompt=prompt, n=2, seed=10, temperature=1.0), "rid")
+    assert req.batch == batch and req.choices == 2 * len(batch)
+    # Choice p * n + i runs prompt p, with the seed of its place among that prompt's n.
+    for index in range(req.choices):
+        child = req.child(index)
+        p, i = divmod(index, 2)
+        given = child.prompt if isinstance(batch[p], str) else child.prompt_token_ids
+        assert given == batch[p]
+        assert child.sampling.seed == 10 + i and not child.batch and child.choices == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"prompt": ["a", []]}, "prompt[1]"),
+        ({"prompt": [[1], [-1]]}, "prompt[1]"),
+        ({"prompt": ["a", 5]}, "prompt"),
+        ({"prompt": ["a", [1]], "echo": True}, "echo"),
+        ({"prompt": ["a", "b"], "return_token_ids": True}, "return_token_ids"),
+        ({"prompt": ["a"] * 65, "n": 2, "temperature": 1.0}, "prompt"),
+    ],
+)
+def test_bad_batches_name_the_field(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        decode_completion(completion(**fields), "rid")
+    assert e.value.param == param
 
 
 def test_sampling_fields_beyond_the_base_are_decoded_for_the_engine() -> None:
