@@ -130,3 +130,16 @@ def test_a_batch_of_prompts_answers_each_with_n_choices(cluster: Cluster, stream
     assert [texts[i] for i in range(4)] == [ch.text for a in alone for ch in a.choices]
     assert usage is not None and usage.prompt_tokens == sum(counts)
     assert usage.completion_tokens == 4 * 3
+
+
+def test_a_batch_s_choices_carry_their_own_prompt_s_ids(cluster: Cluster) -> None:
+    prompts = ["Tell me", "About the shards of glass"]
+    want = [
+        post(cluster, "/tokenize", {"model": "sim-llama", "prompt": p})[1]["tokens"]
+        for p in prompts
+    ]
+    body = {"model": "sim-llama", "prompt": prompts, "n": 2, "seed": 1, "max_tokens": 2}
+    status, answer = post(cluster, "/v1/completions", {**body, "return_token_ids": True})
+    assert status == 200, answer
+    got = [(c["index"], c["prompt_token_ids"], len(c["token_ids"])) for c in answer["choices"]]
+    assert got == [(i, want[i // 2], 2) for i in range(4)]

@@ -440,6 +440,8 @@ TOKEN_ID_CASES: dict[str, dict[str, Any]] = {
     "completion_ids": {"prompt": [300, 301, 302]},
     "completion_n": {"prompt": "Shards of", "n": 2, "temperature": 0.8, "seed": 11},
     "completion_echo": {"prompt": "Shards of", "echo": True},
+    "completion_batch": {"prompt": ["Shards of", "Glass"], "n": 2, "temperature": 0.8, "seed": 2},
+    "completion_batch_ids": {"prompt": [[300, 301], [302]]},
 }
 
 
@@ -541,3 +543,11 @@ async def test_continuous_usage_stats_needs_include_usage_as_in_vllm_serve(
             r = await http.post(base + "/completions", json=body)
             assert r.status_code == 200, r.text
             assert '"usage"' not in r.text or '"usage":null' in r.text.replace(" ", "")
+
+
+async def test_a_batch_of_strings_and_ids_is_refused_as_vllm_serve_does(
+    clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI],
+) -> None:
+    for client in clients:
+        with pytest.raises(openai.BadRequestError):
+            await client.completions.create(model=MODEL, prompt=["Shards", [300]], max_tokens=2)  # type: ignore[list-item]

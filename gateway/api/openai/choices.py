@@ -36,9 +36,9 @@ class Choices:
         service: Service,
         req: GenerationRequest,
         kind: str,
-        prompt_ids: list[int] | None = None,
+        prompt_ids: list[list[int]] | None = None,
     ) -> None:
-        """`prompt_ids`: the prompt's token ids, for a request that asks for token ids."""
+        """`prompt_ids`: each prompt's token ids, for a request that asks for token ids."""
         self.req = req
         self.prompt_ids = prompt_ids
         self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
@@ -129,7 +129,8 @@ class Choices:
         encoder = encode.encode_chat_completion if self.kind == "chat" else encode.encode_completion
         body = encoder(req.request_id, req.served_model, int(time.time()), choices, self.usage())
         if self.prompt_ids is not None:
-            body = token_ids.body_with(body, chat, self.prompt_ids, ids)
+            prompts = [self.prompt_ids[i // req.n] for i in range(n)]
+            body = token_ids.body_with(body, chat, prompts, ids)
         headers = response_headers(self.jobs[0])
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -153,7 +154,9 @@ class Choices:
             for i in range(len(self.jobs))
         ]
         prompt = self.prompt_ids
-        ids = [token_ids.StreamIds(self.kind, prompt) for _ in encs] if prompt is not None else None
+        ids = None
+        if prompt is not None:
+            ids = [token_ids.StreamIds(self.kind, prompt[i // req.n]) for i in range(len(encs))]
         usage = [ChoiceUsage() for _ in encs] if req.continuous_usage else None
         buf = bytearray()
         began = False
@@ -225,8 +228,8 @@ class Choices:
                 u.prompt = u.prompt or prompt
         for i, enc in enumerate(encs):
             chunk = enc.role_chunk()
-            if chunk and self.prompt_ids is not None:
-                chunk = token_ids.role_chunk_with(chunk, self.prompt_ids)
+            if chunk and self.prompt_ids is not None:  # (chat: one prompt)
+                chunk = token_ids.role_chunk_with(chunk, self.prompt_ids[0])
             buf += chunk
             if chunk and usage is not None:
                 usage[i].add(buf)

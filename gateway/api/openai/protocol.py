@@ -467,6 +467,11 @@ def _batch(
     logprobs: int | None,
 ) -> GenerationRequest:
     """A batch of prompts (texts or token-id lists): n choices of each, as vLLM answers it."""
+    if len({isinstance(p, str) for p in prompts}) > 1:
+        raise InvalidRequest(
+            "Invalid value for 'prompt': a batch is of strings or of token-id arrays, not both.",
+            "prompt",
+        )
     batch: list[str | tuple[int, ...]] = []
     for i, p in enumerate(prompts):
         if isinstance(p, str):
@@ -485,8 +490,6 @@ def _batch(
         raise InvalidRequest(
             f"Invalid value for 'prompt': at most {MAX_N} choices (prompts times n).", "prompt"
         )
-    if req.return_token_ids:
-        raise not_served("return_token_ids", "the token ids of a batch of prompts")
     first = batch[0]
     text, ids = (first, None) if isinstance(first, str) else (None, first)
     out = _request(

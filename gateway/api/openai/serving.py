@@ -23,7 +23,7 @@ from gateway.api.openai.sse import (
     response_headers,
 )
 from gateway.api.openai.template import response_role
-from gateway.api.openai.token_ids import prompt_token_ids
+from gateway.api.openai.token_ids import prompts_token_ids
 from gateway.api.openai.tokenize import Tokenizing
 from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.config.schema import GatewaySettings
@@ -69,11 +69,11 @@ class OpenAIServing:
         req.session_id = headers.get("x-session-id", "")[:128]
         key = bearer_key(headers.get("Authorization"))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
-        prompt_ids = None
+        prompts = None  # each prompt's token ids, when the answer carries them
         if req.return_token_ids:
-            prompt_ids = await prompt_token_ids(self._tokenizing, req, key)
+            prompts = await prompts_token_ids(self._tokenizing, req, key)
         if req.choices > 1:
-            choices = Choices(self._service, req, kind, prompt_ids)
+            choices = Choices(self._service, req, kind, prompts)
             try:
                 await choices.submit(key)
                 choices.arm(deadline, self.settings.first_token_timeout_s)
@@ -82,6 +82,7 @@ class OpenAIServing:
                 return await choices.unary()
             finally:
                 await choices.close()
+        prompt_ids = prompts[0] if prompts is not None else None
         gen = await self._service.submit(req, key)
         gen.arm(deadline, self.settings.first_token_timeout_s)
         try:
@@ -127,7 +128,7 @@ class OpenAIServing:
         choice = encode.Choice(text, reason, logprobs, message if kind == "chat" else None, role)
         body = encoder(req.request_id, req.served_model, int(time.time()), [choice], tally.usage())
         if prompt_ids is not None:
-            body = token_ids.body_with(body, kind == "chat", prompt_ids, [ids])
+            body = token_ids.body_with(body, kind == "chat", [prompt_ids], [ids])
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _stream(

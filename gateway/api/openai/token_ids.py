@@ -42,6 +42,16 @@ async def prompt_token_ids(
     return ids
 
 
+async def prompts_token_ids(
+    tokenizing: Tokenizing, req: GenerationRequest, api_key: str | None
+) -> list[list[int]]:
+    """The token ids of each prompt of the request (one, or each of a batch's)."""
+    return [
+        await prompt_token_ids(tokenizing, req.child(p * req.n) if req.batch else req, api_key)
+        for p in range(len(req.batch) or 1)
+    ]
+
+
 def add_token_ids(buf: bytearray, ids: list[int], prompt: list[int] | None = None) -> None:
     """Put `token_ids` (and, first, a text completion's `prompt_token_ids`) in the choice of
     the chunk that `buf` ends with."""
@@ -60,15 +70,16 @@ def role_chunk_with(chunk: bytes, prompt: list[int]) -> bytes:
     return chunk[:at] + b',"prompt_token_ids":' + _encode(prompt) + chunk[at:]
 
 
-def body_with(body: bytes, chat: bool, prompt: list[int], ids: list[list[int]]) -> bytes:
-    """A whole answer's body with the token ids (one list per choice, by index)."""
+def body_with(body: bytes, chat: bool, prompts: list[list[int]], ids: list[list[int]]) -> bytes:
+    """A whole answer's body with the token ids: each choice's prompt and generated ids, by
+    index (chat's choices share their prompt)."""
     answer: dict[str, Any] = _json.decode(body)
-    for choice, choice_ids in zip(answer["choices"], ids, strict=True):
+    for choice, prompt, choice_ids in zip(answer["choices"], prompts, ids, strict=True):
         if not chat:
             choice["prompt_token_ids"] = prompt
         choice["token_ids"] = choice_ids
     if chat:
-        answer["prompt_token_ids"] = prompt
+        answer["prompt_token_ids"] = prompts[0]
     return _encode(answer)
 
 

@@ -65,7 +65,7 @@ def test_whole_answers_carry_the_ids_where_vllm_puts_them() -> None:
         body_with(
             encode.encode_chat_completion("r", "m", 1, choices, Usage(2, 2)),
             True,
-            [1, 2],
+            [[1, 2], [1, 2]],
             [[5], [6]],
         )
     )
@@ -74,13 +74,16 @@ def test_whole_answers_carry_the_ids_where_vllm_puts_them() -> None:
     assert "prompt_token_ids" not in chat["choices"][0]
     text = json.loads(
         body_with(
-            encode.encode_completion("r", "m", 1, choices, Usage(2, 2)), False, [1, 2], [[5], [6]]
+            encode.encode_completion("r", "m", 1, choices, Usage(2, 2)),
+            False,
+            [[1, 2], [3]],
+            [[5], [6]],
         )
     )
     assert "prompt_token_ids" not in text
     assert [(c["prompt_token_ids"], c["token_ids"]) for c in text["choices"]] == [
         ([1, 2], [5]),
-        ([1, 2], [6]),
+        ([3], [6]),
     ]
 
 
