@@ -21,7 +21,18 @@ class GenerationRequest(GenerationView):
     sent to the sidecar as they are) and what only the gateway uses. Exactly one of
     prompt/messages/prompt_token_ids is set."""
 
-    __slots__ = ("_priority", "echo", "generation", "include_usage", "n", "session_id", "stream")
+    __slots__ = (
+        "_priority",
+        "batch",
+        "continuous_usage",
+        "echo",
+        "generation",
+        "include_usage",
+        "n",
+        "return_token_ids",
+        "session_id",
+        "stream",
+    )
 
     def __init__(
         self,
@@ -53,6 +64,11 @@ class GenerationRequest(GenerationView):
         self.session_id = session_id
         self.echo = False  # completions: the prompt comes back before the completion
         self.n = 1  # choices: n > 1 runs as n engine requests (child)
+        self.return_token_ids = False  # the answer carries the prompt's and choices' token ids
+        self.continuous_usage = False  # every chunk of the stream carries the usage so far
+        # A batch of prompts (completions): each a text or token ids; n choices each, choice
+        # p * n + i of prompt p. Empty: the one prompt of the generation.
+        self.batch: tuple[str | tuple[int, ...], ...] = ()
         self._priority = priority  # None: the client asked for no class
 
     def _key(self) -> tuple[object, ...]:
@@ -64,6 +80,9 @@ class GenerationRequest(GenerationView):
             self._priority,
             self.echo,
             self.n,
+            self.return_token_ids,
+            self.continuous_usage,
+            self.batch,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -81,17 +100,29 @@ class GenerationRequest(GenerationView):
         own id, and with a seed, the seed plus its index."""
         g = self.generation
         seed = g.sampling.seed
+        prompt, i = divmod(index, self.n)  # (of a batch: each prompt's choices as n of one)
         if seed is not None:
-            sampling = msgspec.structs.replace(g.sampling, seed=(seed + index) % 2**64)
+            sampling = msgspec.structs.replace(g.sampling, seed=(seed + i) % 2**64)
         else:
             sampling = g.sampling
         out = GenerationRequest.__new__(GenerationRequest)
         out.generation = msgspec.structs.replace(
             g, request_id=f"{index}_{g.request_id}", sampling=sampling
         )
+        if self.batch:
+            given = self.batch[prompt]
+            text, ids = (given, None) if isinstance(given, str) else (None, given)
+            out.generation.prompt, out.generation.prompt_token_ids = text, ids
+        out.batch = ()
         out.stream, out.include_usage, out.echo = self.stream, self.include_usage, self.echo
         out.session_id, out._priority, out.n = self.session_id, self._priority, 1
+        out.return_token_ids, out.continuous_usage = self.return_token_ids, self.continuous_usage
         return out
+
+    @property
+    def choices(self) -> int:
+        """The answer's choices: n, of each prompt of a batch."""
+        return self.n * (len(self.batch) or 1)
 
     @property
     def model(self) -> str:

@@ -30,16 +30,16 @@ class Fanout:
         self.req = req
         self.jobs: list[Job] = []
         self._service = service
-        self._items: asyncio.Queue[_Item] = asyncio.Queue(maxsize=req.n)
+        self._items: asyncio.Queue[_Item] = asyncio.Queue(maxsize=req.choices)
         self._pumps: list[asyncio.Task[None]] = []
-        self.left = req.n  # choices not done
+        self.left = req.choices  # choices not done
         self._cut: asyncio.TimerHandle | None = None
 
     async def submit(self, api_key: str | None) -> None:
         """Admit every choice, or raise the first refusal (`close` drops those admitted)."""
         req = self.req
         session = req.session_id or f"choices:{req.request_id}"
-        for i in range(req.n):
+        for i in range(req.choices):
             child = req.child(i)
             child.session_id = session
             if self.jobs:  # the model the first was given (a fallback's, an adapter's)

@@ -121,11 +121,11 @@ class HttpApi:
         self._service = service
         self._metrics = metrics
         self.settings = settings
-        self.serving = OpenAIServing(service, settings, streams)
         self.resume = (
             Resume(streams, service.tenants, settings.keepalive_s) if streams is not None else None
         )
         self.tokenizing = Tokenizing(fleet, service, settings)
+        self.serving = OpenAIServing(service, settings, self.tokenizing, streams)
         self.anthropic = AnthropicServing(service, settings)
         self.counting = CountTokens(self.tokenizing)
         self.loras = LoraAdmin(fleet, lambda: self.settings, self._admin_caller)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from shardgate.v1.params import asked
+from shardgate.v1.params import asked, template_asked
 
 from gateway.observability.labels import RejectReason, reason_of
 from gateway.observability.metrics import GatewayMetrics
@@ -104,6 +104,7 @@ class Service:
         wanted = asked(req.sampling)
         if req.generation.tools is not None:
             wanted.append("tools")
+        wanted.extend(template_asked(req.generation))
         if not wanted:
             return
         honoured = self.fleet.capabilities.get(req.model, frozenset())

@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.server import Sidecar
 from gateway.app import Gateway
@@ -44,7 +46,10 @@ class VllmCluster:
 
 @asynccontextmanager
 async def vllm_cluster(
-    tiny_model_dir: Path, engine: Any, settings_yaml: str = ""
+    tiny_model_dir: Path,
+    engine: Any,
+    settings_yaml: str = "",
+    sidecar_vllm: dict[str, Any] | None = None,
 ) -> AsyncIterator[VllmCluster]:
     """`settings_yaml`: the gateway's settings, indented under `gateway:`. The link's heartbeat
     patience is long: the engine's output handler shares this loop with the sidecar, and a
@@ -53,6 +58,8 @@ async def vllm_cluster(
     from engine_sidecar.backends.vllm.backend import VllmBackend
 
     vllm = vllm_config(tiny_model_dir)
+    if sidecar_vllm:  # the sidecar's own settings over the shared engine's (trust, parsers)
+        vllm = msgspec.structs.replace(vllm, **sidecar_vllm)
     config = SidecarConfig(name="vllm-0", port=0, backend="vllm", vllm=vllm)
     sidecar = Sidecar(config, backend=VllmBackend(vllm, engine=engine))
     await sidecar.start()

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 from shardgate.v1 import engine_pb2 as pb
 from shardgate.v1 import params, wire
-from shardgate.v1.params import ToolCall, Tools
+from shardgate.v1.params import Template, ToolCall, Tools
 
 from engine_sidecar import convert as sidecar
 from engine_sidecar.backend import RequestError
@@ -40,6 +40,14 @@ REQUEST = GenerationRequest(
     lora="a1",
 )
 REQUEST.generation.tools = Tools(tools='[{"type": "function"}]', choice="function", function="f")
+REQUEST.generation.template = Template(
+    chat_template="{{ messages }}",
+    kwargs='{"enable_thinking": false}',
+    add_generation_prompt=False,
+    continue_final_message=True,
+    documents='[{"title": "t", "text": "x"}]',
+)
+REQUEST.generation.add_special_tokens = True
 
 
 def test_engine_proto_carries_the_definition_not_its_fields() -> None:

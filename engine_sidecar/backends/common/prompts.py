@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shardgate.v1.params import Message as ChatMessage
+from shardgate.v1.params import Template, template_asked
 
 from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
+from engine_sidecar.backends.common.template import TemplateRefused, asks_template
 
 _BAD = ErrorCode.INVALID_ARGUMENT
 
@@ -24,10 +26,14 @@ class PromptTokenizer(Protocol):
     @property
     def vocab_size(self) -> int: ...
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
 
     def encode_chat(
-        self, messages: Sequence[ChatMessage], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        tools: list[dict[str, Any]] | None = None,
+        template: Template | None = None,
+        add_special_tokens: bool = False,
     ) -> list[int]: ...
 
 
@@ -43,6 +49,10 @@ class Limits:
     model: str
     max_model_len: int
     loras: frozenset[str] = frozenset()
+    # The engine honours chat template controls (Generation.template, add_special_tokens);
+    # a request's own template is taken only where trusted (vLLM's trust_request_chat_template).
+    templates: bool = False
+    trust_request_chat_template: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,7 @@ def check_request(r: EngineRequest, limits: Limits) -> None:
         raise RequestError(
             _BAD, "exactly one of prompt, messages, prompt_token_ids must be set", "prompt"
         )
+    _check_template(r, limits)
     s = r.sampling
     if s.max_tokens <= 0:
         raise RequestError(_BAD, f"max_tokens must be at least 1, got {s.max_tokens}", "max_tokens")
@@ -83,6 +94,44 @@ def check_request(r: EngineRequest, limits: Limits) -> None:
         raise RequestError(_BAD, f"top_p must be in (0, 1], got {s.top_p}", "top_p")
     if s.top_k < 0:
         raise RequestError(_BAD, f"top_k must be >= 0, got {s.top_k}", "top_k")
+
+
+UNTRUSTED_TEMPLATE = (
+    "Chat template is passed with request, but the sidecar's trust_request_chat_template is "
+    "not set. Refused request with untrusted chat template."
+)
+
+
+def _check_template(r: EngineRequest, limits: Limits) -> None:
+    g = r.generation
+    asked = template_asked(g)
+    if not asked:
+        return
+    if not limits.templates:
+        name = asked[0]
+        raise RequestError(_BAD, f"{name} is not supported by this engine", name)
+    if g.template is not None and g.messages is None:
+        raise RequestError(_BAD, "chat template controls need messages", asked[0])
+    if asks_template(g.template) and not limits.trust_request_chat_template:
+        field = "chat_template" if "chat_template" in asked else "chat_template_kwargs"
+        raise RequestError(_BAD, UNTRUSTED_TEMPLATE, field)
+
+
+def _encode_input(
+    r: EngineRequest, tokenizer: PromptTokenizer, tools: list[dict[str, Any]] | None
+) -> list[int]:
+    """The ids of the prompt's text, or of the messages as the chat template renders them."""
+    add = r.generation.add_special_tokens
+    if r.messages is not None:
+        if not r.messages:
+            return []
+        try:
+            return tokenizer.encode_chat(r.messages, tools, r.generation.template, bool(add))
+        except TemplateRefused as e:
+            raise RequestError(_BAD, str(e), "messages") from e
+    if r.prompt:
+        return tokenizer.encode(r.prompt, add_special_tokens=add is not False)
+    return []
 
 
 def _check_ids(ids: Sequence[int], vocab_size: int, what: str, field: str) -> None:
@@ -99,9 +148,9 @@ def tokenize(
     """The prompt's token ids as a generation would have them (the chat template applied,
     with `tools`), with no check of its length: what /tokenize answers."""
     check_request(r, limits)
-    if r.messages is not None:
-        return tokenizer.encode_chat(r.messages, tools) if r.messages else []
-    return tokenizer.encode(r.prompt) if r.prompt else list(r.prompt_token_ids or ())
+    if r.prompt_token_ids is not None:
+        return list(r.prompt_token_ids)
+    return _encode_input(r, tokenizer, tools)
 
 
 def detokenize(model: str, ids: Sequence[int], limits: Limits, tokenizer: DecodesIds) -> str:
@@ -124,10 +173,10 @@ def prepare(
     vocab = tokenizer.vocab_size
     if r.messages is not None:
         field = what = "messages"
-        ids = tokenizer.encode_chat(r.messages, tools) if r.messages else []
+        ids = _encode_input(r, tokenizer, tools)
     elif r.prompt is not None:
         field = what = "prompt"
-        ids = tokenizer.encode(r.prompt) if r.prompt else []
+        ids = _encode_input(r, tokenizer, tools)
     else:
         field = what = "prompt"
         ids = list(r.prompt_token_ids or ())

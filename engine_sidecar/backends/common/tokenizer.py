@@ -8,6 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from shardgate.v1.params import Message as ChatMessage
+from shardgate.v1.params import Template
+
+from engine_sidecar.backends.common.template import (
+    TemplateRefused,
+    template_error_reason,
+    template_kwargs,
+)
 
 # Tools as a chat template takes them (a JSON schema each; HF's `tools=`).
 TemplateTools = list[dict[str, Any]]
@@ -77,15 +84,29 @@ class HfTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=self._skip_special))
 
-    def chat_text(self, messages: Sequence[ChatMessage], tools: TemplateTools | None = None) -> str:
-        """The conversation rendered by the model's chat template, ready for generation."""
-        text = self._tok.apply_chat_template(
-            conversation(messages), tools=tools, tokenize=False, add_generation_prompt=True
-        )
+    def chat_text(
+        self,
+        messages: Sequence[ChatMessage],
+        tools: TemplateTools | None = None,
+        template: Template | None = None,
+    ) -> str:
+        """The conversation rendered by the model's chat template (or the request's), with the
+        request's controls as vLLM's server applies them. Raises TemplateRefused where the
+        template refuses the request."""
+        kwargs = template_kwargs(tools, template)
+        try:
+            text = self._tok.apply_chat_template(conversation(messages), **kwargs)
+        except Exception as e:  # (a template raises what it likes on input it refuses)
+            raise TemplateRefused(template_error_reason(e)) from e
         return str(text)
 
     def encode_chat(
-        self, messages: Sequence[ChatMessage], tools: TemplateTools | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        tools: TemplateTools | None = None,
+        template: Template | None = None,
+        add_special_tokens: bool = False,
     ) -> list[int]:
         # The template writes any special tokens itself (vLLM's chat path does the same).
-        return self.encode(self.chat_text(messages, tools), add_special_tokens=False)
+        text = self.chat_text(messages, tools, template)
+        return self.encode(text, add_special_tokens=add_special_tokens)

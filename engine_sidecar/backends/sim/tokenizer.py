@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from shardgate.v1.params import Message as ChatMessage
+from shardgate.v1.params import Template
 
 PAD_ID = 0
 BOS_ID = 1
@@ -87,7 +88,9 @@ class SimTokenizer:
     def eos_id(self) -> int:
         return EOS_ID
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """(The sim's prompts take no special tokens: `add_special_tokens` changes nothing,
+        and a request that asks for what it would change is refused, see prompts.py.)"""
         lookup = self._piece_to_id.get
         base, span = self._hashed_base, self._hashed_span
         out: list[int] = []
@@ -141,9 +144,13 @@ class SimTokenizer:
         return raw.decode(errors="replace")
 
     def encode_chat(
-        self, messages: Sequence[ChatMessage], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        tools: list[dict[str, Any]] | None = None,
+        template: Template | None = None,
+        add_special_tokens: bool = False,
     ) -> list[int]:
-        """(`tools`: the sim's engine takes none, see its capabilities.)"""
+        """(`tools`, `template`: the sim's engine takes none, see its capabilities.)"""
         return self.encode(self.apply_chat_template(messages))
 
     def apply_chat_template(self, messages: Sequence[ChatMessage]) -> str:

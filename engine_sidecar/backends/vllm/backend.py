@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 import msgspec
+from shardgate.v1.params import TEMPLATE_FIELDS
 from vllm.lora.request import LoRARequest
 
 from engine_sidecar.backend import (
@@ -82,7 +83,12 @@ class VllmBackend:
         self._shared = engine
         self._adapters = Adapters(config)
         self.engine: Engine | None = None
-        self._limits = Limits(config.served_name, config.max_model_len or 0)
+        self._limits = Limits(
+            config.served_name,
+            config.max_model_len or 0,
+            templates=True,
+            trust_request_chat_template=config.trust_request_chat_template,
+        )
         self._max_num_seqs = config.max_num_seqs
         self._batcher: StepBatcher | None = None
         self._sink: DeltaSink | None = None
@@ -98,7 +104,11 @@ class VllmBackend:
         card = ModelCard(c.served_name, self._limits.max_model_len, loras)
         extra = {"engine": "vllm", "tp": str(c.tensor_parallel_size)}
         extra["pp"] = str(c.pipeline_parallel_size)
-        caps = CAPABILITIES | {"tools"} | ({"reasoning"} if c.reasoning_parser else set())
+        caps = (
+            CAPABILITIES
+            | {"tools", *TEMPLATE_FIELDS}
+            | ({"reasoning"} if c.reasoning_parser else set())
+        )
         return BackendInfo("vllm", (card,), self._max_num_seqs, extra, caps)
 
     async def start(self, sink: DeltaSink) -> None:
@@ -112,7 +122,13 @@ class VllmBackend:
         model_config = getattr(engine.llm, "model_config", None)
         self._parsers = ChatParsers(c, engine.tokenizer.raw, model_config)
         max_len = engine.max_model_len
-        self._limits = Limits(c.served_name, max_len, self._adapters.names())
+        self._limits = Limits(
+            c.served_name,
+            max_len,
+            self._adapters.names(),
+            templates=True,
+            trust_request_chat_template=c.trust_request_chat_template,
+        )
         self._max_num_seqs = engine.max_num_seqs
         self._sink = sink
         self._batcher = StepBatcher(sink, asyncio.get_running_loop())

@@ -61,6 +61,9 @@ class VllmConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     tool_call_parser: str | None = None
     tool_parser_plugin: str | None = None
     reasoning_parser: str | None = None
+    # As `vllm serve --trust-request-chat-template`: a request may bring its own chat template
+    # (`chat_template`, or `chat_template_kwargs.chat_template`); refused by name otherwise.
+    trust_request_chat_template: bool = False
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -37,9 +37,9 @@ def _call_delta(c: parsed.ToolCallDelta) -> dict[str, Any]:
     return out
 
 
-def message_of(p: parsed.Parsed) -> dict[str, Any]:
+def message_of(p: parsed.Parsed, role: str = "assistant") -> dict[str, Any]:
     """The `message` of an answer given whole."""
-    out: dict[str, Any] = {"role": "assistant", "content": p.content, "reasoning": p.reasoning}
+    out: dict[str, Any] = {"role": role, "content": p.content, "reasoning": p.reasoning}
     if p.tool_calls:
         out["tool_calls"] = [
             {

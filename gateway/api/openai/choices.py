@@ -1,7 +1,8 @@
-"""n > 1 on the OpenAI edge: the choices of a Fanout (gateway/api/fanout.py) rendered as one
-answer or one stream, by choice index, as vLLM's server renders them. A stream's events are
-kept like any stream's (a reader replays them), but a client that leaves ends it at once (no
-detached producer)."""
+"""n > 1, and completions' batches of prompts, on the OpenAI edge: the choices of a Fanout
+(gateway/api/fanout.py) rendered as one answer or one stream, by choice index (of a batch:
+prompt_index * n + i), as vLLM's server renders them. A stream's events are kept like any
+stream's (a reader replays them), but a client that leaves ends it at once (no detached
+producer)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import time
 from aiohttp import web
 
 from gateway.api import fanout
-from gateway.api.openai import encode
+from gateway.api.openai import encode, token_ids
 from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
+from gateway.api.openai.template import response_role
+from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.runtime.service import Service
 from gateway.streams.hub import Streams
 from gateway.streams.sse import Tape
@@ -22,30 +25,40 @@ from gateway.types import GatewayError, GenerationRequest, Logprobs, Usage
 
 class Choices(fanout.Fanout):
     def __init__(
-        self, service: Service, req: GenerationRequest, kind: str, streams: Streams | None = None
+        self,
+        service: Service,
+        req: GenerationRequest,
+        kind: str,
+        streams: Streams | None = None,
+        prompt_ids: list[list[int]] | None = None,
     ) -> None:
+        """`prompt_ids`: each prompt's token ids, for a request that asks for token ids."""
         super().__init__(service, req)
         self._streams = streams
+        self.prompt_ids = prompt_ids
         self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
-        self.tallies = [Tally() for _ in range(req.n)]
-        self.answers = [Answer(req.generation.tools) for _ in range(req.n)]
+        self.tallies = [Tally() for _ in range(req.choices)]
+        self.answers = [Answer(req.generation.tools) for _ in range(req.choices)]
 
     def usage(self) -> Usage:
-        first = self.tallies[0]
-        completions = [t.usage().completion_tokens for t in self.tallies]
-        return fanout.usage(first.prompt, first.cached, completions)
+        """Each prompt counted once (its n choices share it), every choice's completion."""
+        firsts = self.tallies[:: self.req.n]
+        completion = sum(t.usage().completion_tokens for t in self.tallies)
+        return Usage(sum(t.prompt for t in firsts), completion, sum(t.cached for t in firsts))
 
     async def unary(self) -> web.Response:
         req = self.req
         n = len(self.jobs)
-        texts: list[list[str]] = [[req.prompt or ""] if req.echo else [] for _ in range(n)]
+        texts: list[list[str]] = [[j.request.prompt or ""] if req.echo else [] for j in self.jobs]
         lps: list[list[Logprobs]] = [[] for _ in range(n)]
+        ids: list[list[int]] = [[] for _ in range(n)]
         while self.left:
             index, batch = await self.next()
             if not batch:
                 continue
             for d in batch:
                 self.tallies[index].add(d)
+                ids[index] += d.token_ids
                 texts[index].append(d.text)
                 if d.logprobs:
                     lps[index].extend(d.logprobs)
@@ -53,16 +66,20 @@ class Choices(fanout.Fanout):
                     self.answers[index].add(d.parsed)
         choices = []
         chat = self.kind == "chat"
+        role = response_role(req.generation)
         for i in range(n):
             fmt = formatter(chat, req.sampling.logprobs)
             logprobs = fmt(lps[i]) if fmt is not None else None
             answer = self.answers[i]
             reason = answer.finish_reason(self.tallies[i].reason, whole=True)
             whole = answer.whole
-            message = message_of(whole) if chat and whole is not None else None
-            choices.append(encode.Choice("".join(texts[i]), reason, logprobs, message))
+            message = message_of(whole, role) if chat and whole is not None else None
+            choices.append(encode.Choice("".join(texts[i]), reason, logprobs, message, role))
         encoder = encode.encode_chat_completion if self.kind == "chat" else encode.encode_completion
         body = encoder(req.request_id, self.served_model, int(time.time()), choices, self.usage())
+        if self.prompt_ids is not None:
+            prompts = [self.prompt_ids[i // req.n] for i in range(n)]
+            body = token_ids.body_with(body, chat, prompts, ids)
         headers = response_headers(self.jobs[0])
         return web.Response(body=body, content_type="application/json", headers=headers)
 
@@ -93,9 +110,15 @@ class Choices(fanout.Fanout):
                 self.kind,
                 formatter(chat, req.sampling.logprobs),
                 index=i,
+                role=response_role(req.generation),
             )
             for i in range(len(self.jobs))
         ]
+        prompt = self.prompt_ids
+        ids = None
+        if prompt is not None:
+            ids = [token_ids.StreamIds(self.kind, prompt[i // req.n]) for i in range(len(encs))]
+        usage = [ChoiceUsage() for _ in encs] if req.continuous_usage else None
         buf = bytearray()
         began = False
         try:
@@ -104,19 +127,37 @@ class Choices(fanout.Fanout):
                 tally, answer, enc = self.tallies[index], self.answers[index], encs[index]
                 if not batch:
                     enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
+                    if ids is not None:
+                        ids[index].add(buf, [])
+                    if usage is not None:
+                        usage[index].add(buf)
                 for d in batch:
+                    if (d.token_ids or d.text or d.parsed) and not began:
+                        began = True
+                        if usage is not None:
+                            usage[index].see_prompt([d])
+                        self._begin(buf, encs, usage)
+                    if usage is not None:
+                        usage[index].see(d)
                     if d.token_ids or d.text or d.parsed:
-                        if not began:
-                            began = True
-                            self._begin(buf, encs)
                         if d.parsed:  # an answer its engine parsed: its pieces
                             delta = delta_of(answer.add(d.parsed))
                             if delta is None and d.logprobs:  # its logprobs (as vLLM)
                                 delta = {}
                             if delta is not None:
                                 enc.delta_chunk_into(buf, delta, d.logprobs)
+                                if ids is not None:
+                                    ids[index].add(buf, d.token_ids)
+                                if usage is not None:
+                                    usage[index].add(buf)
+                            elif ids is not None:
+                                ids[index].held += d.token_ids  # (nothing to show yet)
                         else:
                             enc.token_chunk_into(buf, d.text, d.logprobs)
+                            if ids is not None:
+                                ids[index].add(buf, d.token_ids)
+                            if usage is not None:
+                                usage[index].add(buf)
                     elif not d.finish and not d.prompt_tokens:
                         buf += KEEPALIVE  # queued or preempted: keep the connection alive
                     tally.add(d)
@@ -137,10 +178,24 @@ class Choices(fanout.Fanout):
         await resp.write_eof(tape.stamp(buf) if tape is not None else bytes(buf))
         return resp
 
-    def _begin(self, buf: bytearray, encs: list[encode.ChunkEncoder]) -> None:
-        """Each choice's first chunks, before any choice's tokens (as vLLM sends them)."""
-        for enc in encs:
-            buf += enc.role_chunk()
+    def _begin(
+        self, buf: bytearray, encs: list[encode.ChunkEncoder], usage: list[ChoiceUsage] | None
+    ) -> None:
+        """Each choice's first chunks, before any choice's tokens (as vLLM sends them); with
+        continuous usage, the prompt's tokens are those of the choice that began."""
+        if usage is not None:
+            prompt = max(u.prompt for u in usage)
+            for u in usage:
+                u.prompt = u.prompt or prompt
+        for i, enc in enumerate(encs):
+            chunk = enc.role_chunk()
+            if chunk and self.prompt_ids is not None:  # (chat: one prompt)
+                chunk = token_ids.role_chunk_with(chunk, self.prompt_ids[0])
+            buf += chunk
+            if chunk and usage is not None:
+                usage[i].add(buf)
         if self.req.echo:
-            for enc in encs:
-                enc.token_chunk_into(buf, self.req.prompt or "")
+            for i, enc in enumerate(encs):
+                enc.token_chunk_into(buf, self.jobs[i].request.prompt or "")
+                if usage is not None:
+                    usage[i].add(buf)

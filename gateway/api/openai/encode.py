@@ -88,8 +88,9 @@ class ChunkEncoder:
         kind: ChunkKind,
         logprobs: LogprobFormat | None = None,
         index: int = 0,
+        role: str = "assistant",
     ) -> None:
-        """`index`: the choice this encoder's chunks are of (n > 1)."""
+        """`index`: the choice this encoder's chunks are of (n > 1); `role`: a chat answer's."""
         if kind == "chat":
             id_, obj = "chatcmpl-" + request_id, "chat.completion.chunk"
         elif kind == "completion":
@@ -116,7 +117,10 @@ class ChunkEncoder:
         self._choice = choice
         if kind == "chat":
             self._role_chunk = (
-                head + choice + b'"delta":{"role":"assistant","content":""}' + _NO_CHOICE_TAIL
+                head
+                + choice
+                + b'"delta":{"role":%s,"content":""}' % _encode(role)
+                + _NO_CHOICE_TAIL
             )
             self._token_prefix = head + choice + b'"delta":{"content":'
             self._token_suffix = b"}" + _NO_CHOICE_TAIL
@@ -199,6 +203,7 @@ class Choice(msgspec.Struct, frozen=True):
     finish_reason: str
     logprobs: dict[str, Any] | None = None
     message: dict[str, Any] | None = None  # a chat answer's parsed message (tools, reasoning)
+    role: str = "assistant"  # a chat answer's (the message's it continues, template.py)
 
 
 def encode_chat_completion(
@@ -215,7 +220,7 @@ def encode_chat_completion(
             "choices": [
                 {
                     "index": i,
-                    "message": c.message or {"role": "assistant", "content": c.text},
+                    "message": c.message or {"role": c.role, "content": c.text},
                     "logprobs": c.logprobs,
                     "finish_reason": c.finish_reason,
                 }

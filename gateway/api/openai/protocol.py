@@ -2,8 +2,8 @@
 
 The bodies are those of POST /v1/chat/completions and POST /v1/completions as the official
 `openai` SDK sends them. Unknown fields are ignored (like vLLM); known fields that ask for
-something the gateway does not serve yet (n > 1, echo with logprobs, best_of > 1, tools, chat
-template controls, prompt logprobs, ...) are rejected with a 400 naming the field, never
+something the gateway does not serve yet (echo with logprobs, best_of > 1, prompt logprobs,
+...) are rejected with a 400 naming the field, never
 answered as if they had not been asked; sampling fields beyond the base ones (logprobs among
 them) are decoded and refused later, by name, when the model's engine does not honour them
 (runtime/service.py); a body nested too deeply for the decoder is a 400 too. Every error is an
@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from gateway.api.openai.structured import structured_of
+from gateway.api.openai.template import template_of
 from gateway.api.openai.tools import ToolCallParam, tool_calls_of, tools_of
 from gateway.api.openai.validation import (
     EXPECTED,
@@ -82,7 +83,7 @@ class ChatMessage(msgspec.Struct):
 
 class StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
-    continuous_usage_stats: bool | None = None  # vLLM extension: not served yet
+    continuous_usage_stats: bool | None = None  # vLLM extension
 
 
 class _Common(msgspec.Struct, kw_only=True):
@@ -146,7 +147,7 @@ class ChatCompletionRequest(_Common, kw_only=True):
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
-    documents: list[Any] | None = None
+    documents: list[dict[str, str]] | None = None
     include_reasoning: bool | None = None  # vLLM extension
     parallel_tool_calls: bool | None = None
 
@@ -172,12 +173,6 @@ def _check_unserved(req: _Common) -> None:
         raise not_served("prompt_logprobs", "prompt logprobs are not served")
     if req.logprob_token_ids:
         raise not_served("logprob_token_ids", "logprobs of chosen tokens are not served")
-    if req.stream_options is not None and req.stream_options.continuous_usage_stats:
-        raise not_served(
-            "stream_options.continuous_usage_stats", "usage comes with the last chunk only"
-        )
-    if req.return_token_ids:
-        raise not_served("return_token_ids", "token ids are not returned yet")
     if req.truncate_prompt_tokens is not None:
         raise not_served("truncate_prompt_tokens", "prompts are not truncated")
 
@@ -296,6 +291,9 @@ def _request(
         priority=req.priority,
     )
     out.n = req.n or 1
+    out.return_token_ids = bool(req.return_token_ids)
+    # (vLLM: only with include_usage)
+    out.continuous_usage = out.include_usage and bool(opts and opts.continuous_usage_stats)
     return out
 
 
@@ -400,20 +398,21 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     if req.echo:
         raise not_served("echo", "chat completions do not echo the last message")
     logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
-    for name in ("chat_template", "chat_template_kwargs", "documents"):
-        if getattr(req, name):
-            raise not_served(name, "the engine's chat template is applied as it is")
     if req.include_reasoning is False:
         raise not_served("include_reasoning", "reasoning comes where the engine parses it")
-    if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
-        raise not_served("add_special_tokens", "the engine's default is used")
-    if req.add_generation_prompt is False:
-        raise not_served("add_generation_prompt", "a generation prompt is always added")
-    if req.continue_final_message:
-        raise not_served("continue_final_message", "a generation prompt is always added")
+    template = template_of(
+        req.chat_template,
+        req.chat_template_kwargs,
+        req.add_generation_prompt,
+        req.continue_final_message,
+        req.documents,
+    )
     messages = tuple([message_of(i, m) for i, m in enumerate(req.messages)])
     out = _request(req, request_id, default_max_tokens, messages=messages, logprobs=logprobs)
     out.generation.tools = tools_of(req.tools, req.tool_choice, req.parallel_tool_calls)
+    out.generation.template = template
+    if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
+        out.generation.add_special_tokens = True
     return out
 
 
@@ -437,14 +436,15 @@ def decode_completion(
         raise not_served("logprobs", "the prompt's logprobs (echo with logprobs) are not served")
     if req.suffix:
         raise not_served("suffix", "completions take no suffix")
-    if req.add_special_tokens is False:  # (vLLM's default for completions: true)
-        raise not_served("add_special_tokens", "the engine's default is used")
     prompt = req.prompt
     if len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
         out = _request(req, request_id, default_max_tokens, prompt=prompt, logprobs=logprobs)
-        out.echo = bool(req.echo)
+        # (with token ids, vLLM echoes the prompt's ids, not its text)
+        out.echo = bool(req.echo) and not req.return_token_ids
+        if req.add_special_tokens is False:  # (vLLM's default for completions: true)
+            out.generation.add_special_tokens = False
         return out
     if prompt and all(type(t) is int and 0 <= t <= INT32_MAX for t in prompt):
         if req.echo:
@@ -454,13 +454,52 @@ def decode_completion(
             req, request_id, default_max_tokens, prompt_token_ids=ids, logprobs=logprobs
         )
     if prompt and all(isinstance(p, (str, list)) for p in prompt):
-        raise InvalidRequest(
-            "prompt is not supported as a batch: send one prompt (a string or a list of "
-            "token ids) per request.",
-            "prompt",
-        )
+        return _batch(req, request_id, default_max_tokens, prompt, logprobs)
     raise InvalidRequest(
         "Invalid value for 'prompt': must be a string, or a non-empty array of token ids "
         "(integers of at least 0).",
         "prompt",
     )
+
+
+def _batch(
+    req: CompletionRequest,
+    request_id: str,
+    default_max_tokens: int,
+    prompts: list[Any],
+    logprobs: int | None,
+) -> GenerationRequest:
+    """A batch of prompts (texts or token-id lists): n choices of each, as vLLM answers it."""
+    if len({isinstance(p, str) for p in prompts}) > 1:
+        raise InvalidRequest(
+            "Invalid value for 'prompt': a batch is of strings or of token-id arrays, not both.",
+            "prompt",
+        )
+    batch: list[str | tuple[int, ...]] = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            batch.append(p)
+        elif p and all(type(t) is int and 0 <= t <= INT32_MAX for t in p):
+            if req.echo:
+                raise not_served("echo", "a prompt of token ids is not echoed (send its text)")
+            batch.append(tuple(p))
+        else:
+            raise InvalidRequest(
+                f"Invalid value for 'prompt[{i}]': must be a string, or a non-empty array of "
+                "token ids (integers of at least 0).",
+                f"prompt[{i}]",
+            )
+    if len(batch) * (req.n or 1) > MAX_N:
+        raise InvalidRequest(
+            f"Invalid value for 'prompt': at most {MAX_N} choices (prompts times n).", "prompt"
+        )
+    first = batch[0]
+    text, ids = (first, None) if isinstance(first, str) else (None, first)
+    out = _request(
+        req, request_id, default_max_tokens, prompt=text, prompt_token_ids=ids, logprobs=logprobs
+    )
+    out.echo = bool(req.echo)
+    if req.add_special_tokens is False:
+        out.generation.add_special_tokens = False
+    out.batch = tuple(batch)
+    return out

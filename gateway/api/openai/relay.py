@@ -6,12 +6,26 @@ from __future__ import annotations
 from gateway.api.openai import encode
 from gateway.api.openai.answer import Answer, delta_of
 from gateway.api.openai.sse import KEEPALIVE, Tally
+from gateway.api.openai.token_ids import StreamIds, role_chunk_with
+from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.streams.sse import Tape
 from gateway.types import Delta, GatewayError, GenerationRequest
 
 
 class Relay:
-    __slots__ = ("answer", "begun", "buf", "enc", "ended", "req", "tally", "tape")
+    __slots__ = (
+        "answer",
+        "begun",
+        "buf",
+        "enc",
+        "ended",
+        "ids",
+        "prompt_ids",
+        "req",
+        "tally",
+        "tape",
+        "usage",
+    )
 
     def __init__(
         self,
@@ -20,34 +34,66 @@ class Relay:
         tally: Tally,
         answer: Answer,
         tape: Tape | None,
+        ids: StreamIds | None = None,
+        usage: ChoiceUsage | None = None,
+        prompt_ids: list[int] | None = None,
     ) -> None:
+        """`ids`: vLLM's return_token_ids; `usage`: continuous_usage_stats (each chunk then
+        gets more than its tokens: gateway/api/openai/token_ids.py, usage_chunks.py)."""
         self.req = req
         self.enc = enc
         self.tally = tally
         self.answer = answer
         self.tape = tape
+        self.ids = ids
+        self.prompt_ids = prompt_ids  # (chat's first chunk carries them)
+        self.usage = usage
         self.buf = bytearray()
         self.begun = False  # its first chunks are encoded: what follows is its deltas
         self.ended = False  # its last events are encoded
 
-    def begin(self) -> None:
-        """The role chunk, and (completions' echo) the prompt, as vLLM streams them."""
-        self.buf += self.enc.role_chunk()
+    def begin(self, batch: list[Delta]) -> None:
+        """The role chunk, and (completions' echo) the prompt, as vLLM streams them; `batch`:
+        the first deltas (the prompt's size, for continuous usage)."""
+        buf, usage = self.buf, self.usage
+        role_chunk = self.enc.role_chunk()
+        if self.prompt_ids is not None and role_chunk:
+            role_chunk = role_chunk_with(role_chunk, self.prompt_ids)
+        buf += role_chunk
+        if usage is not None:
+            usage.see_prompt(batch)
+            if role_chunk:
+                usage.add(buf)
         if self.req.echo:
-            self.enc.token_chunk_into(self.buf, self.req.prompt or "")
+            self.enc.token_chunk_into(buf, self.req.prompt or "")
+            if usage is not None:
+                usage.add(buf)
         self.begun = True
 
     def add(self, batch: list[Delta]) -> None:
         enc, buf, answer, tally = self.enc, self.buf, self.answer, self.tally
+        ids, usage = self.ids, self.usage
         for d in batch:
+            if usage is not None:
+                usage.see(d)
             if d.parsed:  # an answer its engine parsed: its pieces, not the raw text
                 delta = delta_of(answer.add(d.parsed))
                 if delta is None and d.logprobs:  # nothing to say, but its logprobs (as vLLM)
                     delta = {}
                 if delta is not None:
                     enc.delta_chunk_into(buf, delta, d.logprobs)
+                    if ids is not None:
+                        ids.add(buf, d.token_ids)
+                    if usage is not None:
+                        usage.add(buf)
+                elif ids is not None and d.token_ids:
+                    ids.held += d.token_ids  # (tokens with nothing to show yet)
             elif d.token_ids or d.text:
                 enc.token_chunk_into(buf, d.text, d.logprobs)
+                if ids is not None:
+                    ids.add(buf, d.token_ids)
+                if usage is not None:
+                    usage.add(buf)
             elif not d.finish and not d.prompt_tokens:
                 buf += KEEPALIVE  # waiting in a queue: keep the connection alive
             tally.add(d)
@@ -57,6 +103,10 @@ class Relay:
         self.ended = True
         buf = self.buf
         self.enc.finish_chunk_into(buf, self.answer.finish_reason(self.tally.reason, whole=False))
+        if self.ids is not None:
+            self.ids.add(buf, [])
+        if self.usage is not None:
+            self.usage.add(buf)
         if self.req.include_usage:
             self.enc.usage_chunk_into(buf, self.tally.usage())
         buf += encode.DONE

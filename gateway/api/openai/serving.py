@@ -9,7 +9,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.api.body import read_body
-from gateway.api.openai import encode
+from gateway.api.openai import encode, token_ids
 from gateway.api.openai.answer import Answer, message_of
 from gateway.api.openai.choices import Choices
 from gateway.api.openai.detach import Writer
@@ -24,6 +24,10 @@ from gateway.api.openai.sse import (
     parse_priority,
     response_headers,
 )
+from gateway.api.openai.template import response_role
+from gateway.api.openai.token_ids import prompts_token_ids
+from gateway.api.openai.tokenize import Tokenizing
+from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
@@ -54,10 +58,15 @@ __all__ = [
 
 class OpenAIServing:
     def __init__(
-        self, service: Service, settings: GatewaySettings, streams: Streams | None = None
+        self,
+        service: Service,
+        settings: GatewaySettings,
+        tokenizing: Tokenizing,
+        streams: Streams | None = None,
     ) -> None:
         self._service = service
         self.settings = settings
+        self._tokenizing = tokenizing
         self.streams = streams
 
     async def generate(
@@ -73,8 +82,11 @@ class OpenAIServing:
         req.session_id = headers.get("x-session-id", "")[:128]
         key = bearer_key(headers.get("Authorization"))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
-        if req.n > 1:
-            choices = Choices(self._service, req, kind, self.streams)
+        prompts = None  # each prompt's token ids, when the answer carries them
+        if req.return_token_ids:
+            prompts = await prompts_token_ids(self._tokenizing, req, key)
+        if req.choices > 1:
+            choices = Choices(self._service, req, kind, self.streams, prompts)
             try:
                 await choices.submit(key)
                 choices.arm(deadline, self.settings.first_token_timeout_s)
@@ -83,20 +95,26 @@ class OpenAIServing:
                 return await choices.unary()
             finally:
                 await choices.close()
+        prompt_ids = prompts[0] if prompts is not None else None
         gen = await self._service.submit(req, key)
         gen.arm(deadline, self.settings.first_token_timeout_s)
         if req.stream:
-            return await self._stream(request, gen, kind)  # (it closes the job)
+            return await self._stream(request, gen, kind, prompt_ids)  # (it closes the job)
         try:
             batch = await gen.take()
             while batch and not gen.began:  # keep-alives while queued: nothing to say yet
                 batch = await gen.take()
-            return await self._unary(gen, kind, batch, response_headers(gen))
+            return await self._unary(gen, kind, batch, response_headers(gen), prompt_ids)
         finally:
             gen.close()
 
     async def _unary(
-        self, gen: Job, kind: encode.ChunkKind, batch: list[Delta], headers: dict[str, str]
+        self,
+        gen: Job,
+        kind: encode.ChunkKind,
+        batch: list[Delta],
+        headers: dict[str, str],
+        prompt_ids: list[int] | None = None,
     ) -> web.Response:
         tally = Tally()
         req = gen.request
@@ -104,9 +122,11 @@ class OpenAIServing:
         texts: list[str] = [req.prompt or ""] if req.echo else []
         fmt = formatter(kind == "chat", req.sampling.logprobs)
         lps: list[Logprobs] = []
+        ids: list[int] = []
         while batch:
             for d in batch:
                 tally.add(d)
+                ids += d.token_ids
                 texts.append(d.text)
                 if d.logprobs:
                     lps.extend(d.logprobs)
@@ -114,15 +134,22 @@ class OpenAIServing:
                     answer.add(d.parsed)
             batch = await gen.take()
         text, reason = "".join(texts), answer.finish_reason(tally.reason, whole=True)
-        message = message_of(answer.whole) if answer.whole is not None else None
+        role = response_role(req.generation)
+        message = message_of(answer.whole, role) if answer.whole is not None else None
         logprobs = fmt(lps) if fmt is not None else None
         encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
-        choice = encode.Choice(text, reason, logprobs, message if kind == "chat" else None)
+        choice = encode.Choice(text, reason, logprobs, message if kind == "chat" else None, role)
         body = encoder(req.request_id, req.served_model, int(time.time()), [choice], tally.usage())
+        if prompt_ids is not None:
+            body = token_ids.body_with(body, kind == "chat", [prompt_ids], [ids])
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _stream(
-        self, request: web.Request, gen: Job, kind: encode.ChunkKind
+        self,
+        request: web.Request,
+        gen: Job,
+        kind: encode.ChunkKind,
+        prompt_ids: list[int] | None = None,
     ) -> web.StreamResponse:
         """Streams the generation (the job's timer ends it with an error event if it runs past
         its deadline). A request still queued when its keep-alive is due gets its headers and
@@ -138,9 +165,16 @@ class OpenAIServing:
             if self.streams is not None:
                 log = self.streams.open(gen.tenant, headers)
             fmt = formatter(kind == "chat", req.sampling.logprobs)
-            enc = encode.ChunkEncoder(req.request_id, req.served_model, int(time.time()), kind, fmt)
+            role = response_role(req.generation)
+            created = int(time.time())
+            enc = encode.ChunkEncoder(
+                req.request_id, req.served_model, created, kind, fmt, role=role
+            )
             tape = Tape(log) if log is not None else None
-            relay = Relay(req, enc, Tally(), Answer(req.generation.tools), tape)
+            ids = token_ids.StreamIds(kind, prompt_ids) if prompt_ids is not None else None
+            usage = ChoiceUsage() if req.continuous_usage else None
+            answer = Answer(req.generation.tools)
+            relay = Relay(req, enc, Tally(), answer, tape, ids, usage, prompt_ids)
             if log is not None:
                 log.attach(writer)
             resp = SSEResponse(headers={**SSE_HEADERS, **headers})
@@ -199,10 +233,12 @@ class OpenAIServing:
             if gen.first_replica and "x-shardgate-replica" not in headers:
                 # The head left before a replica took it: named here instead.
                 buf += b": x-shardgate-replica: %s\n\n" % gen.first_replica.encode()
-        relay.begin()
+        relay.begin(batch)
         transport = request.transport
         sink = None
-        if self.settings.direct_writes and transport is not None:
+        # (chunks with more than the tokens take no direct writes)
+        slow = relay.ids is not None or relay.usage is not None
+        if self.settings.direct_writes and transport is not None and not slow:
             chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
             sink = DirectSink(transport, chunked, enc, relay.tally, relay.tape)
         try:

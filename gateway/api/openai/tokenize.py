@@ -3,7 +3,7 @@ model (its engine's tokenizer and chat template, the same ids a generation would
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 from aiohttp import web
@@ -11,6 +11,7 @@ from shardgate.v1.params import Generation
 
 from gateway.api.body import read_body
 from gateway.api.openai.protocol import ChatMessage, message_of
+from gateway.api.openai.template import template_of
 from gateway.api.openai.validation import EXPECTED, decode_json
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
@@ -29,6 +30,9 @@ class TokenizeBody(msgspec.Struct, kw_only=True):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool | None = None
     add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool | None = None
 
 
@@ -74,11 +78,22 @@ class Tokenizing:
         req = decode_json(_TOKENIZE, body, _EXPECTED)
         if (req.prompt is None) == (req.messages is None):
             raise InvalidRequest("Exactly one of 'prompt' and 'messages' must be given.", "prompt")
-        for name in ("add_special_tokens", "return_token_strs"):
-            if getattr(req, name):
-                raise InvalidRequest(f"{name} is not supported.", name)
-        if req.add_generation_prompt is False:
-            raise InvalidRequest("add_generation_prompt is not supported.", "add_generation_prompt")
+        if req.return_token_strs:
+            raise InvalidRequest("return_token_strs is not supported.", "return_token_strs")
+        chat = req.messages is not None
+        # (a prompt's body takes no template controls: vLLM ignores them there)
+        template = (
+            template_of(
+                req.chat_template,
+                req.chat_template_kwargs,
+                req.add_generation_prompt,
+                req.continue_final_message,
+            )
+            if chat
+            else None
+        )
+        # vLLM's defaults: special tokens for a prompt, none for messages (the template's).
+        add = req.add_special_tokens
         model, lora, address = self._replica(request, req.model)
         messages = (
             tuple(message_of(i, m) for i, m in enumerate(req.messages))
@@ -92,6 +107,8 @@ class Tokenizing:
             prompt=req.prompt,
             messages=messages,
             lora=lora,
+            template=template,
+            add_special_tokens=None if add is None or add == (not chat) else add,
         )
         tls = self.settings.link.tls
         ids, max_len = await tokens.tokenize(address, generation, TIMEOUT_S, tls)

@@ -18,7 +18,8 @@ from typing import Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 3  # 3: logprobs, tools (Generation.tools, Message calls), Delta.parsed
+PROTOCOL_VERSION: Final = 4  # 3: logprobs, tools (Generation.tools, Message calls), Delta.parsed
+# 4: chat template controls (Generation.template, Generation.add_special_tokens)
 # gRPC metadata key of the gateway's protocol version on the Link call.
 PROTOCOL_METADATA: Final = "shardgate-link-protocol"
 
@@ -69,6 +70,20 @@ class Structured(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only
     regex: str | None = None
     choice: tuple[str, ...] | None = None
     grammar: str | None = None
+
+
+class Template(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=True):
+    """A chat request's controls of its chat template, as vLLM's chat API names them; each at
+    its default asks for nothing. `kwargs` and `documents` are JSON text ("": none)."""
+
+    chat_template: str | None = None  # a Jinja template for this request (trusted sidecars)
+    kwargs: str = ""  # chat_template_kwargs: an object of the template's variables
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    documents: str = ""  # an array of documents, for templates that take them (RAG)
+
+
+_TEMPLATE_DEFAULTS: Final = Template()
 
 
 class Sampling(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=True):
@@ -150,6 +165,42 @@ class Generation(msgspec.Struct, array_like=True, gc=False, kw_only=True):
     # The answer is wanted whole (not streamed): an engine that parses its output (tool calls,
     # reasoning) parses it once at the end, as vLLM's non-streamed answers are parsed.
     parse_whole: bool = False
+    template: Template | None = None  # chat template controls (messages only)
+    # Special tokens (BOS) added to the prompt's text; None: the input's default (a prompt:
+    # true; messages: false, the chat template writes them).
+    add_special_tokens: bool | None = None
+
+
+# The request fields of the chat template controls (each an engine capability of its own).
+TEMPLATE_FIELDS: Final = (
+    "chat_template",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+    "documents",
+    "add_special_tokens",
+)
+
+
+def template_asked(g: Generation) -> list[str]:
+    """The chat template controls `g` asks for (the request fields' names), in order: each
+    needs an engine that announces it among its capabilities."""
+    out: list[str] = []
+    t = g.template
+    if t is not None and t != _TEMPLATE_DEFAULTS:
+        if t.chat_template is not None:
+            out.append("chat_template")
+        if t.kwargs:
+            out.append("chat_template_kwargs")
+        if not t.add_generation_prompt:
+            out.append("add_generation_prompt")
+        if t.continue_final_message:
+            out.append("continue_final_message")
+        if t.documents:
+            out.append("documents")
+    if g.add_special_tokens is not None:
+        out.append("add_special_tokens")
+    return out
 
 
 def tools_not_resumable(t: Tools | None) -> list[str]:

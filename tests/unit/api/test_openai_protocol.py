@@ -9,9 +9,10 @@ from typing import Any
 import httpx2
 import openai
 import pytest
-from shardgate.v1.params import Structured
+from shardgate.v1.params import Structured, Template, template_asked
 
 from gateway.api.openai.protocol import decode_chat, decode_completion
+from gateway.api.openai.template import response_role
 from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
 
 USER = {"role": "user", "content": "hi"}
@@ -137,12 +138,10 @@ COMPLETION_CASES: list[tuple[dict[str, Any], str]] = [
     ({"prompt": 5}, "prompt"),
     ({"prompt": None}, "prompt"),
     ({"prompt": []}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
     ({"prompt": [-1, 2]}, "prompt"),
     ({"prompt": [1, "a"]}, "prompt"),
     ({"prompt": [1.5]}, "prompt"),
     ({"prompt": [True]}, "prompt"),
-    ({"prompt": [[1, 2, 3]]}, "prompt"),
     ({"prompt": {"text": "x"}}, "prompt"),
     ({"logprobs": True}, "logprobs"),
     ({"logprobs": -2}, "logprobs"),
@@ -307,25 +306,12 @@ def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> Non
 NOT_SERVED: list[tuple[str, Any]] = [
     ("prompt_logprobs", 1),
     ("logprob_token_ids", [5]),
-    ("return_token_ids", True),
     ("truncate_prompt_tokens", 8),
 ]
 
 
-def test_continuous_usage_stats_is_refused_by_name() -> None:
-    with pytest.raises(InvalidRequest) as e:
-        decode_chat(chat(stream=True, stream_options={"continuous_usage_stats": True}), "rid")
-    assert e.value.param == "stream_options.continuous_usage_stats"
-
-
 NOT_SERVED_CHAT: list[tuple[str, Any]] = [
     ("include_reasoning", False),
-    ("chat_template", "{{ messages }}"),
-    ("chat_template_kwargs", {"enable_thinking": False}),
-    ("documents", [{"title": "t", "text": "x"}]),
-    ("add_generation_prompt", False),
-    ("continue_final_message", True),
-    ("add_special_tokens", True),
 ]
 
 
@@ -337,11 +323,104 @@ def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> 
 
 
 @pytest.mark.parametrize(
+    ("fields", "want", "asked"),
+    [
+        ({}, None, []),
+        ({"add_generation_prompt": True, "continue_final_message": False}, None, []),
+        (
+            {"chat_template": "{{ messages }}"},
+            Template(chat_template="{{ messages }}"),
+            ["chat_template"],
+        ),
+        (
+            {"chat_template_kwargs": {"enable_thinking": False}},
+            Template(kwargs='{"enable_thinking":false}'),
+            ["chat_template_kwargs"],
+        ),
+        (
+            {"documents": [{"title": "t", "text": "x"}]},
+            Template(documents='[{"title":"t","text":"x"}]'),
+            ["documents"],
+        ),
+        (
+            {"add_generation_prompt": False},
+            Template(add_generation_prompt=False),
+            ["add_generation_prompt"],
+        ),
+        (
+            {"add_generation_prompt": False, "continue_final_message": True},
+            Template(add_generation_prompt=False, continue_final_message=True),
+            ["add_generation_prompt", "continue_final_message"],
+        ),
+        # (vLLM's check is of the fields given: the template itself refuses this one)
+        (
+            {"continue_final_message": True},
+            Template(continue_final_message=True),
+            ["continue_final_message"],
+        ),
+    ],
+)
+def test_chat_template_controls_travel_in_the_generation(
+    fields: dict[str, Any], want: Template | None, asked: list[str]
+) -> None:
+    g = decode_chat(chat(**fields), "rid").generation
+    assert g.template == want
+    assert template_asked(g) == asked
+
+
+@pytest.mark.parametrize(("value", "want"), [(None, None), (False, None), (True, True)])
+def test_chat_add_special_tokens_is_set_only_off_its_default(value: Any, want: Any) -> None:
+    g = decode_chat(chat(add_special_tokens=value), "rid").generation
+    assert g.add_special_tokens is want
+    assert template_asked(g) == (["add_special_tokens"] if want is not None else [])
+
+
+@pytest.mark.parametrize(("value", "want"), [(None, None), (True, None), (False, False)])
+def test_completion_add_special_tokens_is_set_only_off_its_default(value: Any, want: Any) -> None:
+    g = decode_completion(completion(add_special_tokens=value), "rid").generation
+    assert g.add_special_tokens is want
+
+
+def test_continue_final_message_and_add_generation_prompt_are_exclusive() -> None:
+    body = chat(continue_final_message=True, add_generation_prompt=True)
+    with pytest.raises(InvalidRequest, match="Cannot set both") as e:
+        decode_chat(body, "rid")
+    assert e.value.param == "continue_final_message"
+
+
+@pytest.mark.parametrize("documents", [["x"], [{"title": 1}], {"title": "t"}])
+def test_documents_must_be_objects_of_strings(documents: Any) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        decode_chat(chat(documents=documents), "rid")
+    assert e.value.param is not None and e.value.param.startswith("documents")
+
+
+@pytest.mark.parametrize(
+    ("fields", "role"),
+    [
+        ({}, "assistant"),
+        ({"add_generation_prompt": True}, "assistant"),
+        ({"add_generation_prompt": False}, "user"),
+        (
+            {
+                "add_generation_prompt": False,
+                "messages": [USER, {"role": "assistant", "content": "Hel"}],
+            },
+            "assistant",
+        ),
+    ],
+)
+def test_the_answer_role_is_the_continued_message_s_without_a_generation_prompt(
+    fields: dict[str, Any], role: str
+) -> None:
+    assert response_role(decode_chat(chat(**fields), "rid").generation) == role
+
+
+@pytest.mark.parametrize(
     ("field", "value"),
     [
         *NOT_SERVED,
         ("suffix", "the end"),
-        ("add_special_tokens", False),
         ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
         ("tool_choice", "auto"),
         ("tool_choice", "required"),
@@ -428,11 +507,43 @@ def test_a_completion_prompt_of_token_ids_goes_to_the_engine_as_ids() -> None:
     assert decode_completion(completion(prompt=[7]), "rid").prompt_token_ids == (7,)
 
 
-@pytest.mark.parametrize("prompt", [["a", "b"], [[1, 2], [3]], [[1, 2]]])
-def test_batches_of_prompts_are_refused_by_name(prompt: list[Any]) -> None:
-    with pytest.raises(InvalidRequest, match="prompt is not supported as a batch") as e:
-        decode_completion(completion(prompt=prompt), "rid")
-    assert e.value.param == "prompt"
+@pytest.mark.parametrize(
+    ("prompt", "batch"),
+    [
+        (["a", "b"], ("a", "b")),
+        ([[1, 2], [3]], ((1, 2), (3,))),
+        ([[1, 2]], ((1, 2),)),
+    ],
+)
+def test_a_batch_of_prompts_is_one_choice_per_prompt_and_n(
+    prompt: list[Any], batch: tuple[Any, ...]
+) -> None:
+    req = decode_completion(completion(prompt=prompt, n=2, seed=10, temperature=1.0), "rid")
+    assert req.batch == batch and req.choices == 2 * len(batch)
+    # Choice p * n + i runs prompt p, with the seed of its place among that prompt's n.
+    for index in range(req.choices):
+        child = req.child(index)
+        p, i = divmod(index, 2)
+        given = child.prompt if isinstance(batch[p], str) else child.prompt_token_ids
+        assert given == batch[p]
+        assert child.sampling.seed == 10 + i and not child.batch and child.choices == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"prompt": [[1], []]}, "prompt[1]"),
+        ({"prompt": [[1], [-1]]}, "prompt[1]"),
+        ({"prompt": ["a", 5]}, "prompt"),
+        ({"prompt": ["a", [4, 5]]}, "prompt"),  # (vLLM's too: strings or ids, not both)
+        ({"prompt": [[1], [2]], "echo": True}, "echo"),
+        ({"prompt": ["a"] * 65, "n": 2, "temperature": 1.0}, "prompt"),
+    ],
+)
+def test_bad_batches_name_the_field(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        decode_completion(completion(**fields), "rid")
+    assert e.value.param == param
 
 
 def test_sampling_fields_beyond_the_base_are_decoded_for_the_engine() -> None:
