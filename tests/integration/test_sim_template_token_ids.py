@@ -80,9 +80,9 @@ def test_return_token_ids_are_the_ids_the_engine_ran(
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=30) as resp:
-        events = [
+        events = [  # (each event's data line: an `id:` line may come first)
             json.loads(line.removeprefix(b"data: "))
-            for line in resp.read().split(b"\n\n")
+            for line in resp.read().split(b"\n")
             if line.startswith(b"data: {")
         ]
     prompts = [e["prompt_token_ids"] for e in events if "prompt_token_ids" in e]

@@ -18,7 +18,7 @@ from typing import Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 4  # 3: logprobs, tools (Generation.tools, Message calls), Delta.parsed
+PROTOCOL_VERSION: Final = 4  # 3: logprobs, tools, Delta.parsed; 4: chat template controls
 # 4: chat template controls (Generation.template, Generation.add_special_tokens)
 # gRPC metadata key of the gateway's protocol version on the Link call.
 PROTOCOL_METADATA: Final = "shardgate-link-protocol"

@@ -40,6 +40,7 @@ class _Endless:
 
 class _Req:
     n = 3
+    choices = 3
     request_id = "r"
 
 
