@@ -101,20 +101,22 @@ def reattach(
 
 
 def whole_text(cluster: Cluster, max_tokens: int, ignore_eos: bool = False) -> str:
-    stream = client(cluster).chat.completions.create(
-        model="sim-llama",
-        messages=MESSAGES,  # type: ignore[arg-type]
-        stream=True,
-        max_tokens=max_tokens,
-        seed=7,
-        extra_body={"ignore_eos": ignore_eos},
-    )
-    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    with client(cluster) as api:
+        stream = api.chat.completions.create(
+            model="sim-llama",
+            messages=MESSAGES,  # type: ignore[arg-type]
+            stream=True,
+            max_tokens=max_tokens,
+            seed=7,
+            extra_body={"ignore_eos": ignore_eos},
+        )
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
 
 def test_sdk_stream_dropped_and_resumed_equals_an_undisturbed_run(kept: Cluster) -> None:
     whole = whole_text(kept, 200)
-    raw = client(kept).chat.completions.with_raw_response.create(
+    api = client(kept)
+    raw = api.chat.completions.with_raw_response.create(
         model="sim-llama",
         messages=MESSAGES,
         stream=True,
@@ -131,7 +133,7 @@ def test_sdk_stream_dropped_and_resumed_equals_an_undisturbed_run(kept: Cluster)
     stream.close()  # the client drops mid-way
     got = "".join(c.choices[0].delta.content or "" for c in first if c.choices)
     # The SDK, reattached with the id of the last event it read (one per chunk, from 1).
-    rest = client(kept).get(
+    rest = api.get(
         f"/streams/{sid}",
         cast_to=ChatCompletionChunk,
         stream=True,
@@ -139,6 +141,7 @@ def test_sdk_stream_dropped_and_resumed_equals_an_undisturbed_run(kept: Cluster)
         options={"headers": {"Last-Event-ID": f"{sid}:{len(first)}"}},
     )
     got += "".join(c.choices[0].delta.content or "" for c in rest if c.choices)
+    api.close()
     assert got == whole
     assert len(whole) > 100
 
@@ -425,7 +428,7 @@ def test_drill_200_streams_dropped_at_random_points_and_reattached(drill: Cluste
 
     store = drill.gateway.streams.store if drill.gateway is not None else None
     assert store is not None
-    with ThreadPoolExecutor(max_workers=32) as pool:
+    with api, ThreadPoolExecutor(max_workers=32) as pool:
         results = list(pool.map(lambda p: one(*p), plans))
     assert len(results) == DRILL_STREAMS
     for seed, (whole, resumed) in enumerate(results):
