@@ -252,16 +252,19 @@ def status_of(reply: bytes) -> int:
 
 def check_error_body(reply: bytes, status: int, path: str) -> None:
     """An error is JSON, whatever refused the request (router, handler, parser): Anthropic's
-    shape from its routes' handlers, OpenAI's everywhere else (and from the parser, which
-    answers before any route is known and sends no x-request-id)."""
+    shape from its routes (their handlers, and aiohttp's refusals once the route is known: an
+    unknown Expect), OpenAI's everywhere else (and from the parser, which answers before any
+    route is known and sends no x-request-id)."""
     head, _, body = reply.partition(b"\r\n\r\n")
     assert b"\r\ncontent-type: application/json" in head.lower(), reply[:500]
-    anthropic = is_anthropic(path) and b"\r\nx-request-id: " in head.lower()
     data = json.loads(body)
     err = data["error"]
+    anthropic = data.get("type") == "error"
     if anthropic:
-        assert data["type"] == "error" and set(err) == {"type", "message"}, reply[:500]
+        assert is_anthropic(path), reply[:500]
+        assert set(err) == {"type", "message"}, reply[:500]
     else:
+        assert not (is_anthropic(path) and b"\r\nx-request-id: " in head.lower()), reply[:500]
         assert err["code"] == status
     assert isinstance(err["message"], str) and err["message"]
     assert isinstance(err["type"], str)
