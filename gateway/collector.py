@@ -15,11 +15,12 @@ def set_thresholds(settings: CollectorSettings) -> None:
 
 
 def after_start(settings: CollectorSettings) -> None:
-    """Once the gateway serves (read at start only): collect what start-up left, then freeze
-    the survivors (the modules, config, routes and links a full collection would otherwise
-    walk every time)."""
+    """Once the gateway serves (read at start only): freeze what is alive (the modules, config,
+    routes and links a full collection would otherwise walk every time). No collection first:
+    in a process that holds more than the gateway (an embedding application, the tests) a full
+    one would stall the loop for as long as that heap takes, right when the links start; what
+    start-up left behind is small, and goes back to the collector at stop."""
     if settings.freeze_after_start:
-        gc.collect()
         gc.freeze()
 
 
