@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -201,8 +202,11 @@ sidecars:
 """
 
 
-async def test_a_stream_migrates_with_identical_text_when_its_server_dies() -> None:
-    fakes = [FakeEngineServer(token_delay_s=0.005) for _ in range(2)]
+@asynccontextmanager
+async def two_replicas(
+    fakes: list[FakeEngineServer],
+) -> AsyncIterator[tuple[Gateway, list[Sidecar]]]:
+    """A gateway in front of two openai-backend sidecars, one per fake engine server."""
     sidecars: list[Sidecar] = []
     gateway: Gateway | None = None
     try:
@@ -214,6 +218,19 @@ async def test_a_stream_migrates_with_identical_text_when_its_server_dies() -> N
         yaml = GATEWAY_YAML % (sidecars[0].port, sidecars[1].port)
         gateway = Gateway(parse(yaml), http_port=0, grpc_port=0)
         await gateway.start()
+        yield gateway, sidecars
+    finally:
+        if gateway is not None:
+            await gateway.stop(1.0)
+        for s in sidecars:
+            await s.stop(0.1)
+        for f in fakes:
+            await f.stop()
+
+
+async def test_a_stream_migrates_with_identical_text_when_its_server_dies() -> None:
+    fakes = [FakeEngineServer(token_delay_s=0.005) for _ in range(2)]
+    async with two_replicas(fakes) as (gateway, sidecars):
         assert await gateway.fleet.wait_connected(10.0)
         base = f"http://127.0.0.1:{gateway.http_port}/v1"
         async with openai.AsyncOpenAI(base_url=base, api_key="none", max_retries=0) as client:
@@ -244,13 +261,6 @@ async def test_a_stream_migrates_with_identical_text_when_its_server_dies() -> N
         [survivor] = [f for f in fakes if f is not victim]
         resumed = survivor.bodies[-1]
         assert isinstance(resumed["prompt"], list) and resumed["max_tokens"] < 120
-    finally:
-        if gateway is not None:
-            await gateway.stop(1.0)
-        for s in sidecars:
-            await s.stop(0.1)
-        for f in fakes:
-            await f.stop()
 
 
 async def test_a_dead_server_takes_its_replica_out_of_the_models_readiness() -> None:
@@ -258,17 +268,7 @@ async def test_a_dead_server_takes_its_replica_out_of_the_models_readiness() -> 
     reports turn not ready, and the gateway stops counting the replica at once (and counts it
     again once a server answers there)."""
     fakes = [FakeEngineServer() for _ in range(2)]
-    sidecars: list[Sidecar] = []
-    gateway: Gateway | None = None
-    try:
-        for i, f in enumerate(fakes):
-            await f.start()
-            cfg = SidecarConfig(name=f"openai-{i}", port=0, backend="openai", openai=config(f))
-            sidecars.append(Sidecar(cfg))
-            await sidecars[-1].start()
-        yaml = GATEWAY_YAML % (sidecars[0].port, sidecars[1].port)
-        gateway = Gateway(parse(yaml), http_port=0, grpc_port=0)
-        await gateway.start()
+    async with two_replicas(fakes) as (gateway, _):
         fleet = gateway.fleet
         assert await fleet.wait_connected(10.0)
 
@@ -281,13 +281,6 @@ async def test_a_dead_server_takes_its_replica_out_of_the_models_readiness() -> 
         fakes[0] = FakeEngineServer(port=fakes[0].port)
         await fakes[0].start()
         await until_async(lambda: routable() == 2, 10.0, "the replica back")
-    finally:
-        if gateway is not None:
-            await gateway.stop(1.0)
-        for s in sidecars:
-            await s.stop(0.1)
-        for f in fakes:
-            await f.stop()
 
 
 async def _enumerate(stream: Any) -> AsyncIterator[tuple[int, Any]]:
