@@ -86,6 +86,8 @@ class EngineDelta:
     stop_sequence: str = ""  # on the last delta: the stop string that ended it, if one did
     # A chat request whose output the engine parses: shardgate/v1/parsed.py `Parsed`, msgpack.
     parsed: bytes = b""
+    # With prompt logprobs asked for, on the first delta of the first run: one per prompt token.
+    prompt_logprobs: list[Logprobs] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,8 @@ def fill_delta(m: pb.Delta, key: int, d: EngineDelta) -> None:
         m.error_field = d.error_field
     if d.parsed:
         m.parsed = d.parsed
+    if d.prompt_logprobs:
+        m.prompt_logprobs = params.encode_logprobs(d.prompt_logprobs)
 
 
 def fill_load(m: pb.LoadReport, seq: int, s: LoadSnapshot, held: int) -> None:

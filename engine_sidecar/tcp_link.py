@@ -46,6 +46,7 @@ def encode(batch: Batch) -> bytes:
             d.logprobs,
             d.stop_sequence,
             d.parsed,
+            d.prompt_logprobs,
         )
         for key, d in batch.items
     ]

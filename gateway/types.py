@@ -169,6 +169,8 @@ class Delta:
     # On the last delta of a generation a stop string ended: that string.
     stop_sequence: str = ""
     parsed: bytes = b""  # shardgate/v1/parsed.py `Parsed` (msgpack): a parsed chat answer's
+    # With prompt logprobs asked for, on the first delta: one per prompt token.
+    prompt_logprobs: list[Logprobs] | None = None
 
 
 def keepalive() -> Delta:

@@ -26,6 +26,18 @@ def fill_logprobs(out: pb.GenerateResponse, lps: list[Logprobs]) -> None:
             entries.add(token_id=token_id, token=token, logprob=logprob)
 
 
+def fill_prompt_logprobs(out: pb.GenerateResponse, lps: list[Logprobs]) -> None:
+    for lp in lps:
+        entries = out.prompt_logprobs.add().entries
+        if not lp.logprobs:  # the first token: its id and text only
+            entries.add(token_id=lp.ids[0], token=lp.tokens[0])
+            continue
+        for i, token_id in enumerate(lp.ids):
+            entries.add(
+                token_id=token_id, token=lp.tokens[i], logprob=lp.logprobs[i], rank=lp.ranks[i]
+            )
+
+
 class GrpcRelay:
     """A generation's responses, from its deltas (see run_detached's Encoder)."""
 
@@ -56,6 +68,8 @@ class GrpcRelay:
                 out.index = self.index
             if d.logprobs:
                 fill_logprobs(out, d.logprobs)
+            if d.prompt_logprobs:
+                fill_prompt_logprobs(out, d.prompt_logprobs)
             if d.parsed:
                 fill_parsed(out, self.answer.add(d.parsed))
             if d.finish:

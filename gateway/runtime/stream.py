@@ -31,6 +31,8 @@ def merge(deltas: list[Delta]) -> Delta:
         if d.prompt_tokens:
             out.prompt_tokens = d.prompt_tokens
             out.cached_tokens = d.cached_tokens
+        if d.prompt_logprobs:
+            out.prompt_logprobs = d.prompt_logprobs
         if d.finish:
             out.finish = d.finish
             out.completion_tokens = d.completion_tokens

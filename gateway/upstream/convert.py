@@ -91,6 +91,7 @@ def from_pb_delta(d: pb.Delta) -> WireDelta:
         params.decode_logprobs(d.logprobs) if d.logprobs else None,
         d.stop_sequence,
         d.parsed,
+        params.decode_logprobs(d.prompt_logprobs) if d.prompt_logprobs else None,
     )
 
 

@@ -269,6 +269,7 @@ class EngineLink:
                             d.logprobs,
                             d.stop_sequence,
                             d.parsed,
+                            d.prompt_logprobs,
                         )
                     )
                 return

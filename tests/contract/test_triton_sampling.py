@@ -34,6 +34,9 @@ ASKED: dict[str, Any] = {
     "bad_words": ("no",),
     "allowed_token_ids": (7, 8, 9),
     "logprobs": 2,
+    "prompt_logprobs": 1,
+    "truncate_prompt_tokens": 3,
+    "truncation_side": "left",
 }
 
 

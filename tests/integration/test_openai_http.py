@@ -218,6 +218,10 @@ def test_unknown_route_is_json_404(cluster: Cluster) -> None:
     [
         ({"extra_body": {"include_stop_str_in_output": True}}, "include_stop_str_in_output"),
         ({"extra_body": {"skip_special_tokens": False}}, "skip_special_tokens"),
+        ({"extra_body": {"prompt_logprobs": 1}}, "prompt_logprobs"),
+        ({"extra_body": {"echo": True, "logprobs": True, "top_logprobs": 1}}, "prompt_logprobs"),
+        ({"extra_body": {"truncate_prompt_tokens": 3}}, "truncate_prompt_tokens"),
+        ({"extra_body": {"truncation_side": "left"}}, "truncation_side"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         (
             {

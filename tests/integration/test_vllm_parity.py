@@ -190,6 +190,18 @@ CHAT_CASES: dict[str, dict[str, Any]] = {
     "chat_template_kwargs": {"extra_body": {"chat_template_kwargs": {"style": "terse"}}},
     "documents": {"extra_body": {"documents": [{"title": "glass", "text": "Shards cut."}]}},
     "add_special_tokens": {"extra_body": {"add_special_tokens": True}},
+    # echo: the last message, where it is the answer's role (here, the one it continues)
+    "echo": {
+        "messages": [*MESSAGES, {"role": "assistant", "content": "Glass, ice and"}],
+        "extra_body": {
+            "echo": True,
+            "add_generation_prompt": False,
+            "continue_final_message": True,
+        },
+    },
+    "echo_not_the_role": {"extra_body": {"echo": True}},
+    "truncate": {"extra_body": {"truncate_prompt_tokens": 9}},
+    "truncate_left": {"extra_body": {"truncate_prompt_tokens": 9, "truncation_side": "left"}},
     "json_schema": {
         "response_format": {
             "type": "json_schema",
@@ -217,6 +229,22 @@ COMPLETION_CASES: dict[str, dict[str, Any]] = {
     "logprobs_0": {"logprobs": 0},
     "logprobs_3": {"logprobs": 3},
     "echo": {"echo": True},
+    "echo_logprobs": {"echo": True, "logprobs": 2},
+    "echo_logprobs_0": {"echo": True, "logprobs": 0},
+    "truncate": {
+        "prompt": "Shards of glass cut the hand",
+        "extra_body": {"truncate_prompt_tokens": 3},
+    },
+    "truncate_left": {
+        "prompt": "Shards of glass cut the hand",
+        "extra_body": {"truncate_prompt_tokens": 3, "truncation_side": "left"},
+    },
+    "truncate_right": {
+        "prompt": "Shards of glass cut the hand",
+        "extra_body": {"truncate_prompt_tokens": 3, "truncation_side": "right"},
+    },
+    "truncate_ids": {"prompt": [300, 301, 302, 303], "extra_body": {"truncate_prompt_tokens": 2}},
+    "truncate_to_the_model": {"extra_body": {"truncate_prompt_tokens": -1}},
     "ignore_eos": {"extra_body": {"ignore_eos": True}, "max_tokens": 20},
     "include_stop_str": {"stop": ["h"], "extra_body": {"include_stop_str_in_output": True}},
     # The start-of-text token, likeliest, ignored EOS: its text "<s>" kept, or not.

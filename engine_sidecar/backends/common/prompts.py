@@ -161,6 +161,43 @@ def detokenize(model: str, ids: Sequence[int], limits: Limits, tokenizer: Decode
     return tokenizer.decode(ids)
 
 
+def truncated(ids: list[int], keep: int | None, side: str, max_model_len: int) -> list[int]:
+    """`ids` cut to `keep` tokens (vLLM's truncate_prompt_tokens): -1 keeps the most the model
+    takes less one (a token of room for the output); "left" keeps the last ones, any other side
+    the first ones."""
+    if keep is None:
+        return ids
+    if keep < 0:
+        keep = max(0, max_model_len - 1)
+    if keep >= len(ids):
+        return ids
+    if keep == 0:
+        return []
+    return ids[-keep:] if side == "left" else ids[:keep]
+
+
+def _truncate(ids: list[int], r: EngineRequest, limits: Limits, tokenizer: object) -> list[int]:
+    s = r.sampling
+    keep = s.truncate_prompt_tokens
+    if keep is None:
+        return ids
+    if keep < -1:
+        raise RequestError(
+            _BAD,
+            f"truncate_prompt_tokens must be -1 or at least 0, got {keep}",
+            "truncate_prompt_tokens",
+        )
+    if keep > limits.max_model_len:
+        raise RequestError(
+            _BAD,
+            f"truncate_prompt_tokens={keep} cannot be greater than max_model_len = "
+            f"{limits.max_model_len}. Please request a smaller truncation size.",
+            "truncate_prompt_tokens",
+        )
+    side = s.truncation_side or getattr(tokenizer, "truncation_side", "right")
+    return truncated(ids, keep, side, limits.max_model_len)
+
+
 def prepare(
     r: EngineRequest,
     limits: Limits,
@@ -181,6 +218,7 @@ def prepare(
         field = what = "prompt"
         ids = list(r.prompt_token_ids or ())
         _check_ids(ids, vocab, "prompt token ids", field)
+    ids = _truncate(ids, r, limits, tokenizer)
     if not ids:
         raise RequestError(_BAD, f"the {what} must not be empty", field)
     resume = list(r.resume_token_ids)

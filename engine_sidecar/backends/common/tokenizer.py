@@ -68,6 +68,11 @@ class HfTokenizer:
         return out
 
     @property
+    def truncation_side(self) -> str:
+        """The side the tokenizer truncates from by default ("right": it keeps the first)."""
+        return str(getattr(self._tok, "truncation_side", "right"))
+
+    @property
     def raw(self) -> Any:
         """The wrapped tokenizer itself (what vLLM's parsers take)."""
         return self._tok

@@ -16,6 +16,9 @@ from shardgate.v1.params import Message, Sampling, Structured, asked
 from engine_sidecar.backend import EngineRequest
 from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 
+# Prompt logprobs come with a whole answer only (each request here streams), and a resumed
+# request's prompt (its prompt and generated ids) must not be truncated again.
+PROMPT_FIELDS = frozenset({"prompt_logprobs", "truncate_prompt_tokens", "truncation_side"})
 # The optional sampling fields vLLM's OpenAI server takes (the vllm backend's CAPABILITIES),
 # less logprobs (refused by name, not dropped): its HTTP answers cannot give the link's Logprobs
 # exactly as the vllm backend does (ids, logprobs, each token as vLLM's detokenizer decodes it,
@@ -26,7 +29,7 @@ from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 # goes there, as token ids) gives no bytes at all; and logprobs are clamped to -9999.0. The
 # texts would have to be decoded on the sidecar (vllm/logprobs.py TokenTexts: vLLM and the
 # model's tokenizer on the sidecar's machine).
-NOT_PASSED = frozenset({"logprobs"})
+NOT_PASSED = frozenset({"logprobs"} | PROMPT_FIELDS)
 VLLM_CAPABILITIES = CAPABILITIES - NOT_PASSED
 # Those of the OpenAI API itself, which any compatible server takes.
 OPENAI_CAPABILITIES = frozenset({"presence_penalty", "frequency_penalty", "logit_bias"})

@@ -24,9 +24,16 @@ from engine_sidecar.backends.triton.job import Job, Step, refuse_unannounced
 _BAD = ErrorCode.INVALID_ARGUMENT
 
 # The optional sampling fields passed through: Triton's vLLM backend takes vLLM's
-# SamplingParams as they are, but answers text only (no per-token logprobs), and structured
-# outputs' parameters do not travel as plain JSON values.
-CAPABILITIES = frozenset(OPTIONAL) - {"structured", "logprobs"}
+# SamplingParams as they are, but answers text only (no per-token or prompt logprobs), and
+# structured outputs' parameters do not travel as plain JSON values. A prompt's truncation is
+# vLLM's tokenization's, not a sampling parameter: Triton's vLLM backend does not take it.
+CAPABILITIES = frozenset(OPTIONAL) - {
+    "structured",
+    "logprobs",
+    "prompt_logprobs",
+    "truncate_prompt_tokens",
+    "truncation_side",
+}
 
 
 class VllmConvention:

@@ -19,6 +19,9 @@ CAPABILITIES = frozenset(
         "allowed_token_ids",
         "structured",
         "logprobs",
+        "prompt_logprobs",
+        "truncate_prompt_tokens",
+        "truncation_side",
         "include_stop_str_in_output",
         "skip_special_tokens",
     }

@@ -41,9 +41,37 @@ class TokenTexts:
         """The texts of one position's tokens (the sampled one first)."""
         texts = convert_ids_list_to_tokens(self._tokenizer, ids)
         out: list[str] = self._proc._verify_tokens(texts, ids, self._context)
-        self._context.append(ids[0])
-        del self._context[:-_CONTEXT]
+        self.skip(ids[0])
         return out
+
+    def skip(self, sampled: int) -> None:
+        """A position decoded elsewhere: its token is context for the next ones."""
+        self._context.append(sampled)
+        del self._context[:-_CONTEXT]
+
+
+def to_prompt_logprobs(tokenizer: Any, prompt_ids: Sequence[int], positions: Any) -> list[Logprobs]:
+    """vLLM's prompt logprobs (a {token id: Logprob} per prompt token, None for the first) ->
+    one Logprobs per prompt token, with ranks; the first has only its id and its text (as
+    vLLM's completions decode a token without logprobs). Tokens vLLM did not decode (its
+    detokenizer off for the request) are decoded here as it would have."""
+    texts = TokenTexts(tokenizer, prompt_ids[:1])
+    out: list[Logprobs] = []
+    for i, pos in enumerate(positions):
+        if pos is None:
+            first = prompt_ids[i]
+            out.append(Logprobs((first,), (), (tokenizer.decode(first),)))
+            continue
+        ids = tuple(pos)
+        entries = list(pos.values())
+        if all(e.decoded_token is not None for e in entries):
+            tokens = tuple([e.decoded_token for e in entries])
+            texts.skip(ids[0])
+        else:
+            tokens = tuple(texts.decode(list(ids)))
+        logprobs = tuple([e.logprob for e in entries])
+        out.append(Logprobs(ids, logprobs, tokens, tuple([e.rank for e in entries])))
+    return out
 
 
 def to_logprobs(positions: Any, texts: TokenTexts | None) -> list[Logprobs]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from engine_sidecar.backend import EngineDelta, Finish
 from engine_sidecar.backends.common.usage import Usage
-from engine_sidecar.backends.vllm.logprobs import TokenTexts, to_logprobs
+from engine_sidecar.backends.vllm.logprobs import TokenTexts, to_logprobs, to_prompt_logprobs
 from engine_sidecar.backends.vllm.text import OwnText
 
 FINISH = {
@@ -22,10 +22,12 @@ def to_delta(
     out: Any,
     text: OwnText | None = None,
     logprob_texts: TokenTexts | None = None,
+    tokenizer: Any = None,
 ) -> EngineDelta:
     """One step's output of one request (n=1: a single completion); its text from `text`
     where the sidecar detokenizes this request itself (a stop string may end it there), the
-    tokens of its logprobs then from `logprob_texts`."""
+    tokens of its logprobs then from `logprob_texts`; `tokenizer` (the HF one) decodes prompt
+    logprobs' tokens, where asked for."""
     c = out.outputs[0]
     finish = FINISH.get(c.finish_reason, Finish.STOP) if out.finished else Finish.NONE
     ids, piece = list(c.token_ids), c.text
@@ -41,4 +43,6 @@ def to_delta(
     cached = out.num_cached_tokens or 0
     d = usage.delta(ids, piece, finish, cached_tokens=cached, logprobs=logprobs)
     d.stop_sequence = stop if finish is Finish.STOP else ""
+    if out.prompt_logprobs:  # (asked for: on the first output only)
+        d.prompt_logprobs = to_prompt_logprobs(tokenizer, out.prompt_token_ids, out.prompt_logprobs)
     return d

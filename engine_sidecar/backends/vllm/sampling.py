@@ -52,6 +52,8 @@ def sampling_params(
         allowed_token_ids=list(s.allowed_token_ids) if s.allowed_token_ids is not None else None,
         structured_outputs=structured_outputs(s.structured),
         logprobs=s.logprobs,
+        # (given with the first run's first output: a resumed run has given them already)
+        prompt_logprobs=s.prompt_logprobs if not resumed else None,
         detokenize=detokenize,
         output_kind=RequestOutputKind.DELTA,
     )

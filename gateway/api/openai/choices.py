@@ -13,6 +13,7 @@ from aiohttp import web
 from gateway.api import fanout
 from gateway.api.openai import encode, token_ids
 from gateway.api.openai.answer import Answer, delta_of, message_of
+from gateway.api.openai.echo import echo_text
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
 from gateway.api.openai.template import response_role
@@ -49,7 +50,7 @@ class Choices(fanout.Fanout):
     async def unary(self) -> web.Response:
         req = self.req
         n = len(self.jobs)
-        texts: list[list[str]] = [[j.request.prompt or ""] if req.echo else [] for j in self.jobs]
+        texts: list[list[str]] = [[echo_text(j.request)] for j in self.jobs]
         lps: list[list[Logprobs]] = [[] for _ in range(n)]
         ids: list[list[int]] = [[] for _ in range(n)]
         while self.left:
@@ -74,6 +75,8 @@ class Choices(fanout.Fanout):
             reason = answer.finish_reason(self.tallies[i].reason, whole=True)
             whole = answer.whole
             message = message_of(whole, role) if chat and whole is not None else None
+            if message is not None and texts[i][0]:  # (echo)
+                message["content"] = texts[i][0] + (message["content"] or "")
             choices.append(encode.Choice("".join(texts[i]), reason, logprobs, message, role))
         encoder = encode.encode_chat_completion if self.kind == "chat" else encode.encode_completion
         body = encoder(req.request_id, self.served_model, int(time.time()), choices, self.usage())
@@ -194,8 +197,9 @@ class Choices(fanout.Fanout):
             buf += chunk
             if chunk and usage is not None:
                 usage[i].add(buf)
-        if self.req.echo:
-            for i, enc in enumerate(encs):
-                enc.token_chunk_into(buf, self.jobs[i].request.prompt or "")
+        for i, enc in enumerate(encs):
+            echoed = echo_text(self.jobs[i].request)
+            if echoed:
+                enc.token_chunk_into(buf, echoed)
                 if usage is not None:
                     usage[i].add(buf)

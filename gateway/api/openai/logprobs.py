@@ -2,8 +2,9 @@
 
 Each token's `Logprobs` lists the sampled token first, then the top alternatives by rank (a token
 among both once, first). Chat takes the first `top_logprobs` of those entries as each token's
-`top_logprobs`; completions map the first `logprobs + 1` of them, by token text. Logprobs of
--inf are sent as -9999.0, as OpenAI does.
+`top_logprobs`; completions map the first `logprobs + 1` of them, by token text (an echoed
+prompt's tokens first, the first of them without logprobs). Logprobs of -inf are sent as
+-9999.0, as OpenAI does.
 """
 
 from __future__ import annotations
@@ -63,17 +64,21 @@ class CompletionLogprobs:
 
     def __call__(self, lps: list[Logprobs]) -> dict[str, Any]:
         tokens: list[str] = []
-        token_logprobs: list[float] = []
-        top_logprobs: list[dict[str, float]] = []
+        token_logprobs: list[float | None] = []
+        top_logprobs: list[dict[str, float] | None] = []
         offsets: list[int] = []
         top = self._top
         offset = self._offset
         for lp in lps:
             token = lp.tokens[0]
             tokens.append(token)
-            token_logprobs.append(max(lp.logprobs[0], _FLOOR))
-            n = len(lp.ids) if top == -1 else min(top + 1, len(lp.ids))
-            top_logprobs.append({lp.tokens[i]: max(lp.logprobs[i], _FLOOR) for i in range(n)})
+            if not lp.logprobs:  # an echoed prompt's first token: the model gives it none
+                token_logprobs.append(None)
+                top_logprobs.append(None)
+            else:
+                token_logprobs.append(max(lp.logprobs[0], _FLOOR))
+                n = len(lp.ids) if top == -1 else min(top + 1, len(lp.ids))
+                top_logprobs.append({lp.tokens[i]: max(lp.logprobs[i], _FLOOR) for i in range(n)})
             offsets.append(offset)
             offset += len(token)
         self._offset = offset

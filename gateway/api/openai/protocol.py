@@ -2,12 +2,12 @@
 
 The bodies are those of POST /v1/chat/completions and POST /v1/completions as the official
 `openai` SDK sends them. Unknown fields are ignored (like vLLM); known fields that ask for
-something the gateway does not serve yet (echo with logprobs, best_of > 1, prompt logprobs,
-...) are rejected with a 400 naming the field, never
-answered as if they had not been asked; sampling fields beyond the base ones (logprobs among
-them) are decoded and refused later, by name, when the model's engine does not honour them
-(runtime/service.py); a body nested too deeply for the decoder is a 400 too. Every error is an
-`InvalidRequest` whose `param` is the field as OpenAI names it, e.g. ``"messages[0].content"``.
+something the gateway does not serve yet (best_of > 1, logprob_token_ids, ...) are rejected
+with a 400 naming the field, never answered as if they had not been asked; sampling fields
+beyond the base ones (logprobs among them) are decoded and refused later, by name, when the
+model's engine does not honour them (runtime/service.py); a body nested too deeply for the
+decoder is a 400 too. Every error is an `InvalidRequest` whose `param` is the field as OpenAI
+names it, e.g. ``"messages[0].content"``.
 
 This is the hot path of every request: each endpoint has one cached `msgspec.json.Decoder`.
 """
@@ -27,7 +27,7 @@ from gateway.api.openai.requests import (
     ContentPart,
     StreamOptions,
 )
-from gateway.api.openai.structured import structured_of
+from gateway.api.openai.sampling import sampling
 from gateway.api.openai.template import template_of
 from gateway.api.openai.tools import tool_calls_of, tools_of
 from gateway.api.openai.validation import (
@@ -35,7 +35,6 @@ from gateway.api.openai.validation import (
     EXPECTED_CHAT,
     EXPECTED_COMPLETION,
     INT32_MAX,
-    UINT64_MAX,
     decode_json,
     not_served,
     validation_error,
@@ -62,12 +61,32 @@ _COMPLETION_DECODER: Final = msgspec.json.Decoder(CompletionRequest)
 
 def _check_unserved(req: CommonRequest) -> None:
     """Fields the gateway does not serve yet, refused by name when they ask for something."""
-    if req.prompt_logprobs is not None:
-        raise not_served("prompt_logprobs", "prompt logprobs are not served")
     if req.logprob_token_ids:
         raise not_served("logprob_token_ids", "logprobs of chosen tokens are not served")
-    if req.truncate_prompt_tokens is not None:
-        raise not_served("truncate_prompt_tokens", "prompts are not truncated")
+
+
+def _prompt_logprobs(req: CommonRequest, echoed: int | None) -> int | None:
+    """vLLM's prompt_logprobs: the field, or with echo the logprobs asked of the output
+    (`echoed`); given with a whole answer only."""
+    n = req.prompt_logprobs
+    if n is not None:
+        if n < 0 and n != -1:
+            raise InvalidRequest(
+                "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs"
+            )
+        if req.stream and n != 0:
+            raise InvalidRequest(
+                "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs"
+            )
+    elif req.echo:
+        n = echoed
+    if n is not None and (req.n or 1) > 1:
+        raise not_served(_why_prompt_logprobs(req), "prompt logprobs are served for one choice")
+    return n
+
+
+def _why_prompt_logprobs(req: CommonRequest) -> str:
+    return "prompt_logprobs" if req.prompt_logprobs is not None else "echo"
 
 
 def _no_tools(req: CommonRequest, why: str) -> None:
@@ -95,72 +114,6 @@ def _check_common(req: CommonRequest) -> None:
         )
 
 
-def _sampling(req: CommonRequest, default_max_tokens: int, logprobs: int | None = None) -> Sampling:
-    max_tokens = req.max_completion_tokens
-    if max_tokens is None:
-        max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
-    stop: tuple[str, ...]
-    if req.stop is None:
-        stop = ()
-    elif isinstance(req.stop, str):
-        stop = (req.stop,)
-    else:
-        stop = tuple(req.stop)
-    if "" in stop:
-        raise InvalidRequest("Invalid value for 'stop': stop strings must not be empty.", "stop")
-    if req.seed is not None and req.seed > UINT64_MAX:
-        raise InvalidRequest(f"Invalid value for 'seed': {EXPECTED['seed']}.", "seed")
-    top_k = req.top_k
-    if req.min_tokens is not None and req.min_tokens > max_tokens:
-        raise InvalidRequest(
-            f"Invalid value for 'min_tokens': must be at most max_tokens ({max_tokens}).",
-            "min_tokens",
-        )
-    if req.allowed_token_ids is not None and not req.allowed_token_ids:
-        raise InvalidRequest(
-            "Invalid value for 'allowed_token_ids': must not be empty.", "allowed_token_ids"
-        )
-    return Sampling(
-        max_tokens=max_tokens,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p,
-        top_k=0 if top_k is None or top_k < 0 else top_k,
-        seed=req.seed,
-        stop=stop,
-        ignore_eos=bool(req.ignore_eos),
-        presence_penalty=req.presence_penalty or 0.0,
-        frequency_penalty=req.frequency_penalty or 0.0,
-        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
-        min_p=req.min_p or 0.0,
-        logit_bias=_logit_bias(req.logit_bias),
-        stop_token_ids=tuple(req.stop_token_ids or ()),
-        include_stop_str_in_output=bool(req.include_stop_str_in_output),
-        min_tokens=req.min_tokens or 0,
-        skip_special_tokens=req.skip_special_tokens is not False,
-        spaces_between_special_tokens=req.spaces_between_special_tokens is not False,
-        bad_words=tuple(req.bad_words or ()),
-        allowed_token_ids=(
-            tuple(req.allowed_token_ids) if req.allowed_token_ids is not None else None
-        ),
-        structured=structured_of(req),
-        logprobs=logprobs,
-    )
-
-
-def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
-    """OpenAI's {"token id": bias}; the keys must be token ids."""
-    if not bias:
-        return None
-    out: dict[int, float] = {}
-    for key, value in bias.items():
-        if not key.isdigit() or int(key) > INT32_MAX:
-            raise InvalidRequest(
-                f"Invalid value for 'logit_bias': {key!r} is not a token id.", "logit_bias"
-            )
-        out[int(key)] = value
-    return out
-
-
 def _request(
     req: CommonRequest,
     request_id: str,
@@ -169,13 +122,14 @@ def _request(
     messages: tuple[Message, ...] | None = None,
     prompt_token_ids: tuple[int, ...] | None = None,
     logprobs: int | None = None,
+    prompt_logprobs: int | None = None,
 ) -> GenerationRequest:
     stream = bool(req.stream)
     opts = req.stream_options
     out = GenerationRequest(
         request_id=request_id,
         model=req.model,
-        sampling=_sampling(req, default_max_tokens, logprobs),
+        sampling=sampling(req, default_max_tokens, logprobs, prompt_logprobs),
         prompt=prompt,
         messages=messages,
         prompt_token_ids=prompt_token_ids,
@@ -276,7 +230,10 @@ def sampling_of(
         raise InvalidRequest(
             "Invalid value for 'logprobs': must be at least 0, or -1 (all).", "logprobs"
         )
-    return _sampling(req, default_max_tokens, logprobs)
+    prompt_logprobs = req.prompt_logprobs
+    if prompt_logprobs is not None and prompt_logprobs < -1:
+        raise InvalidRequest("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
+    return sampling(req, default_max_tokens, logprobs, prompt_logprobs)
 
 
 def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> GenerationRequest:
@@ -288,9 +245,8 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     """
     req = decode_json(_CHAT_DECODER, body, EXPECTED_CHAT)
     _check_common(req)
-    if req.echo:
-        raise not_served("echo", "chat completions do not echo the last message")
     logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
+    prompt_logprobs = _prompt_logprobs(req, req.top_logprobs)
     if req.include_reasoning is False:
         raise not_served("include_reasoning", "reasoning comes where the engine parses it")
     template = template_of(
@@ -301,7 +257,15 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
         req.documents,
     )
     messages = tuple([message_of(i, m) for i, m in enumerate(req.messages)])
-    out = _request(req, request_id, default_max_tokens, messages=messages, logprobs=logprobs)
+    out = _request(
+        req,
+        request_id,
+        default_max_tokens,
+        messages=messages,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+    )
+    out.echo = bool(req.echo)  # (the last message, where it is the answer's role: echo.py)
     out.generation.tools = tools_of(req.tools, req.tool_choice, req.parallel_tool_calls)
     out.generation.template = template
     if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
@@ -325,15 +289,21 @@ def decode_completion(
         raise InvalidRequest(
             "Invalid value for 'logprobs': must be at least 0, or -1 (all).", "logprobs"
         )
-    if logprobs is not None and req.echo:
-        raise not_served("logprobs", "the prompt's logprobs (echo with logprobs) are not served")
+    prompt_logprobs = _prompt_logprobs(req, logprobs)
     if req.suffix:
         raise not_served("suffix", "completions take no suffix")
     prompt = req.prompt
     if len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        out = _request(req, request_id, default_max_tokens, prompt=prompt, logprobs=logprobs)
+        out = _request(
+            req,
+            request_id,
+            default_max_tokens,
+            prompt=prompt,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
+        )
         # (with token ids, vLLM echoes the prompt's ids, not its text)
         out.echo = bool(req.echo) and not req.return_token_ids
         if req.add_special_tokens is False:  # (vLLM's default for completions: true)
@@ -344,9 +314,17 @@ def decode_completion(
             raise not_served("echo", "a prompt of token ids is not echoed (send its text)")
         ids = tuple(prompt)
         return _request(
-            req, request_id, default_max_tokens, prompt_token_ids=ids, logprobs=logprobs
+            req,
+            request_id,
+            default_max_tokens,
+            prompt_token_ids=ids,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
         )
     if prompt and all(isinstance(p, (str, list)) for p in prompt):
+        if prompt_logprobs is not None:
+            why = _why_prompt_logprobs(req)
+            raise not_served(why, "prompt logprobs are served for one prompt, not a batch")
         return _batch(req, request_id, default_max_tokens, prompt, logprobs)
     raise InvalidRequest(
         "Invalid value for 'prompt': must be a string, or a non-empty array of token ids "

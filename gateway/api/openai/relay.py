@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gateway.api.openai import encode
 from gateway.api.openai.answer import Answer, delta_of
+from gateway.api.openai.echo import echo_text
 from gateway.api.openai.sse import KEEPALIVE, Tally
 from gateway.api.openai.token_ids import StreamIds, role_chunk_with
 from gateway.api.openai.usage_chunks import ChoiceUsage
@@ -64,8 +65,12 @@ class Relay:
             usage.see_prompt(batch)
             if role_chunk:
                 usage.add(buf)
-        if self.req.echo:
-            self.enc.token_chunk_into(buf, self.req.prompt or "")
+        echoed = echo_text(self.req)
+        if echoed:
+            prompt_lps = None
+            if self.req.sampling.logprobs is not None and self.req.generation.messages is None:
+                prompt_lps = next((d.prompt_logprobs for d in batch if d.prompt_logprobs), [])
+            self.enc.token_chunk_into(buf, echoed, prompt_lps)
             if usage is not None:
                 usage.add(buf)
         self.begun = True

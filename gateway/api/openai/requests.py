@@ -30,6 +30,7 @@ _TokenId = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 _Bias = Annotated[float, msgspec.Meta(ge=-100.0, le=100.0)]
 _MinTokens = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 _Model = Annotated[str, msgspec.Meta(min_length=1)]
+_Truncate = Annotated[int, msgspec.Meta(ge=-1, le=INT32_MAX)]
 
 Role = Literal["system", "user", "assistant", "developer", "tool"]
 
@@ -99,7 +100,8 @@ class CommonRequest(msgspec.Struct, kw_only=True):
     prompt_logprobs: int | None = None  # vLLM extension
     logprob_token_ids: list[Any] | None = None  # vLLM extension
     return_token_ids: bool | None = None  # vLLM extension
-    truncate_prompt_tokens: int | None = None  # vLLM extension
+    truncate_prompt_tokens: _Truncate | None = None  # vLLM extension
+    truncation_side: Literal["left", "right"] | None = None  # vLLM extension
     add_special_tokens: bool | None = None  # vLLM extension
     # Accepted and without effect on the output: user, metadata, store, service_tier,
     # and any field not declared here.

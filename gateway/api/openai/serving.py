@@ -9,11 +9,12 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.api.body import read_body
-from gateway.api.openai import encode, token_ids
+from gateway.api.openai import echo, encode, token_ids
 from gateway.api.openai.answer import Answer, message_of
 from gateway.api.openai.choices import Choices
 from gateway.api.openai.detach import Writer
 from gateway.api.openai.direct import DirectSink
+from gateway.api.openai.echo import echo_text
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.relay import Relay
 from gateway.api.openai.sse import (
@@ -119,9 +120,11 @@ class OpenAIServing:
         tally = Tally()
         req = gen.request
         answer = Answer(req.generation.tools)
-        texts: list[str] = [req.prompt or ""] if req.echo else []
+        echoed = echo_text(req)
+        texts: list[str] = [echoed]
         fmt = formatter(kind == "chat", req.sampling.logprobs)
         lps: list[Logprobs] = []
+        prompt_lps: list[Logprobs] = []
         ids: list[int] = []
         while batch:
             for d in batch:
@@ -132,16 +135,24 @@ class OpenAIServing:
                     lps.extend(d.logprobs)
                 if d.parsed:
                     answer.add(d.parsed)
+                if d.prompt_logprobs:
+                    prompt_lps = d.prompt_logprobs
             batch = await gen.take()
         text, reason = "".join(texts), answer.finish_reason(tally.reason, whole=True)
         role = response_role(req.generation)
         message = message_of(answer.whole, role) if answer.whole is not None else None
+        if message is not None and echoed:
+            message["content"] = echoed + (message["content"] or "")
+        if echoed and kind == "completion":
+            lps = prompt_lps + lps  # (asked for with logprobs: vLLM)
         logprobs = fmt(lps) if fmt is not None else None
         encoder = encode.encode_chat_completion if kind == "chat" else encode.encode_completion
         choice = encode.Choice(text, reason, logprobs, message if kind == "chat" else None, role)
         body = encoder(req.request_id, req.served_model, int(time.time()), [choice], tally.usage())
         if prompt_ids is not None:
             body = token_ids.body_with(body, kind == "chat", [prompt_ids], [ids])
+        if req.sampling.prompt_logprobs is not None:
+            body = echo.body_with(body, kind == "chat", prompt_lps)
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _stream(

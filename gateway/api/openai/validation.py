@@ -70,6 +70,9 @@ EXPECTED: Final[dict[str, str]] = {
     "spaces_between_special_tokens": "must be a boolean",
     "bad_words": "must be an array of strings",
     "allowed_token_ids": "must be an array of token ids (integers of at least 0)",
+    "prompt_logprobs": "must be an integer",
+    "truncate_prompt_tokens": "must be an integer of at least -1",
+    "truncation_side": "must be 'left' or 'right'",
 }
 EXPECTED_CHAT: Final = {**EXPECTED, "logprobs": "must be a boolean"}
 EXPECTED_COMPLETION: Final = {**EXPECTED, "logprobs": "must be an integer or null"}

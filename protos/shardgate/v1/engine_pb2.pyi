@@ -114,7 +114,7 @@ class LinkRequest(_message.Message):
     def __init__(self, submits: _Optional[_Iterable[_Union[SubmitRequest, _Mapping]]] = ..., aborts: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Delta(_message.Message):
-    __slots__ = ("key", "token_ids", "text", "finish", "prompt_tokens", "cached_tokens", "completion_tokens", "error_code", "error_message", "error_field", "logprobs", "stop_sequence", "parsed")
+    __slots__ = ("key", "token_ids", "text", "finish", "prompt_tokens", "cached_tokens", "completion_tokens", "error_code", "error_message", "error_field", "logprobs", "stop_sequence", "parsed", "prompt_logprobs")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +128,7 @@ class Delta(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     STOP_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PARSED_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     key: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
@@ -141,7 +142,8 @@ class Delta(_message.Message):
     logprobs: bytes
     stop_sequence: str
     parsed: bytes
-    def __init__(self, key: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish: _Optional[_Union[Finish, str]] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., error_field: _Optional[str] = ..., logprobs: _Optional[bytes] = ..., stop_sequence: _Optional[str] = ..., parsed: _Optional[bytes] = ...) -> None: ...
+    prompt_logprobs: bytes
+    def __init__(self, key: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish: _Optional[_Union[Finish, str]] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., error_field: _Optional[str] = ..., logprobs: _Optional[bytes] = ..., stop_sequence: _Optional[str] = ..., parsed: _Optional[bytes] = ..., prompt_logprobs: _Optional[bytes] = ...) -> None: ...
 
 class LoadReport(_message.Message):
     __slots__ = ("seq", "running", "waiting", "kv_usage", "max_num_seqs", "ready", "preemptions", "prefix_hit_rate", "generated_tokens", "steps", "held")

@@ -18,8 +18,10 @@ from typing import Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 4  # 3: logprobs, tools, Delta.parsed; 4: chat template controls
-# 4: chat template controls (Generation.template, Generation.add_special_tokens)
+PROTOCOL_VERSION: Final = 5
+# 3: logprobs, tools, Delta.parsed; 4: chat template controls (Generation.template,
+# Generation.add_special_tokens); 5: prompt logprobs (Delta.prompt_logprobs, Logprobs.ranks),
+# prompt truncation
 # gRPC metadata key of the gateway's protocol version on the Link call.
 PROTOCOL_METADATA: Final = "shardgate-link-protocol"
 
@@ -114,6 +116,14 @@ class Sampling(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=T
     # Logprobs of each generated token and of this many top alternatives (vLLM's
     # SamplingParams.logprobs: chat's top_logprobs, completions' logprobs); None: none.
     logprobs: int | None = None
+    # Logprobs of each prompt token and of this many top alternatives (-1: all; 0: the token's
+    # own), given once, with the first delta (vLLM's SamplingParams.prompt_logprobs).
+    prompt_logprobs: int | None = None
+    # Keep this many of the prompt's tokens (-1: the most the model takes, less one for the
+    # output), from the `truncation_side` ("left" keeps the last ones, "right" the first; "":
+    # the tokenizer's own side), as vLLM's tokenization params do.
+    truncate_prompt_tokens: int | None = None
+    truncation_side: str = ""
 
 
 _BASE: Final = frozenset(
@@ -211,13 +221,16 @@ def tools_not_resumable(t: Tools | None) -> list[str]:
 
 
 class Logprobs(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """One generated token's logprobs as vLLM gives them: the sampled token first, then the
+    """One token's logprobs as vLLM gives them: the sampled (or prompt) token first, then the
     requested top ones by rank (a token that is both appears once, first). `tokens` are the
     tokens' texts as vLLM decodes them for logprobs. Travels with the token in its delta."""
 
     ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     tokens: tuple[str, ...]
+    # Each token's rank in the model's distribution (1: the most likely): prompt logprobs
+    # only, empty elsewhere. A prompt's first token has neither logprobs nor ranks.
+    ranks: tuple[int, ...] = ()
 
 
 class GenerationView:

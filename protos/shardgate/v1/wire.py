@@ -44,6 +44,7 @@ class WireDelta(msgspec.Struct, array_like=True, gc=False):
     logprobs: list[Logprobs] | None = None
     stop_sequence: str = ""
     parsed: bytes = b""
+    prompt_logprobs: list[Logprobs] | None = None
 
 
 class WireSubmit(msgspec.Struct, array_like=True, gc=False):

@@ -145,7 +145,16 @@ COMPLETION_CASES: list[tuple[dict[str, Any], str]] = [
     ({"prompt": {"text": "x"}}, "prompt"),
     ({"logprobs": True}, "logprobs"),
     ({"logprobs": -2}, "logprobs"),
-    ({"logprobs": 2, "echo": True}, "logprobs"),
+    ({"prompt_logprobs": -2}, "prompt_logprobs"),
+    ({"prompt_logprobs": "1"}, "prompt_logprobs"),
+    ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),
+    ({"prompt_logprobs": 1, "n": 2, "temperature": 1.0}, "prompt_logprobs"),
+    ({"echo": True, "logprobs": 1, "n": 2, "temperature": 1.0}, "echo"),
+    ({"prompt": ["a", "b"], "echo": True, "logprobs": 1}, "echo"),
+    ({"prompt": ["a", "b"], "prompt_logprobs": 0}, "prompt_logprobs"),
+    ({"truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
+    ({"truncate_prompt_tokens": "8"}, "truncate_prompt_tokens"),
+    ({"truncation_side": "middle"}, "truncation_side"),
 ]
 
 
@@ -253,7 +262,6 @@ def test_body_not_an_object(decode: Callable[[bytes, str], GenerationRequest], b
         ({"temperature": 3}, "Invalid value for 'temperature': must be a number between 0 and 2"),
         ({"n": 300}, "Invalid value for 'n': must be between 1 and 128"),
         ({"top_logprobs": 2}, "Invalid value for 'top_logprobs': needs logprobs set to true"),
-        ({"echo": True}, "echo is not supported: chat completions do not echo"),
         ({"best_of": 3}, "only best_of=1 is supported"),
         ({"stream_options": {"include_usage": True}}, "only allowed when 'stream' is enabled"),
         (
@@ -304,9 +312,7 @@ def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> Non
 # Fields that ask for what the gateway does not serve yet: a 400 naming each, never a 200 as if
 # the field had not been sent.
 NOT_SERVED: list[tuple[str, Any]] = [
-    ("prompt_logprobs", 1),
     ("logprob_token_ids", [5]),
-    ("truncate_prompt_tokens", 8),
 ]
 
 
@@ -895,3 +901,40 @@ def test_sdk_n_is_decoded() -> None:
     assert [c.request_id for c in children] == ["0_rid", "1_rid", "2_rid"]
     assert [c.sampling.seed for c in children] == [7, 8, 9]
     assert all(c.n == 1 and c.messages == req.messages for c in children)
+
+
+# What a request asks of its prompt: its logprobs (the field, or echo's with logprobs: vLLM's
+# rule), and its truncation.
+@pytest.mark.parametrize(
+    ("decode", "fields", "want"),
+    [
+        ("completion", {}, (None, None, "")),
+        ("completion", {"prompt_logprobs": 0}, (0, None, "")),
+        ("completion", {"prompt_logprobs": 0, "stream": True}, (0, None, "")),
+        ("completion", {"echo": True}, (None, None, "")),
+        ("completion", {"echo": True, "logprobs": 3}, (3, None, "")),
+        ("completion", {"echo": True, "logprobs": 3, "prompt_logprobs": 1}, (1, None, "")),
+        ("completion", {"logprobs": 3}, (None, None, "")),
+        ("completion", {"truncate_prompt_tokens": 5}, (None, 5, "")),
+        (
+            "completion",
+            {"truncate_prompt_tokens": -1, "truncation_side": "left"},
+            (None, -1, "left"),
+        ),
+        ("chat", {"prompt_logprobs": 2}, (2, None, "")),
+        ("chat", {"echo": True}, (None, None, "")),
+        ("chat", {"echo": True, "logprobs": True, "top_logprobs": 4}, (4, None, "")),
+        ("chat", {"echo": True, "logprobs": True}, (None, None, "")),
+        ("chat", {"truncate_prompt_tokens": 7, "truncation_side": "right"}, (None, 7, "right")),
+    ],
+)
+def test_what_a_request_asks_of_its_prompt(
+    decode: str, fields: dict[str, Any], want: tuple[int | None, int | None, str]
+) -> None:
+    req = (
+        decode_chat(chat(**fields), "rid")
+        if decode == "chat"
+        else decode_completion(completion(**fields), "rid")
+    )
+    s = req.sampling
+    assert (s.prompt_logprobs, s.truncate_prompt_tokens, s.truncation_side) == want
