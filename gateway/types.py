@@ -27,6 +27,7 @@ class GenerationRequest(GenerationView):
         "continuous_usage",
         "echo",
         "generation",
+        "hide_reasoning",
         "include_usage",
         "n",
         "return_token_ids",
@@ -66,6 +67,7 @@ class GenerationRequest(GenerationView):
         self.n = 1  # choices: n > 1 runs as n engine requests (child)
         self.return_token_ids = False  # the answer carries the prompt's and choices' token ids
         self.continuous_usage = False  # every chunk of the stream carries the usage so far
+        self.hide_reasoning = False  # chat's include_reasoning false: the answer has none
         # A batch of prompts (completions): each a text or token ids; n choices each, choice
         # p * n + i of prompt p. Empty: the one prompt of the generation.
         self.batch: tuple[str | tuple[int, ...], ...] = ()
@@ -83,6 +85,7 @@ class GenerationRequest(GenerationView):
             self.return_token_ids,
             self.continuous_usage,
             self.batch,
+            self.hide_reasoning,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -117,6 +120,7 @@ class GenerationRequest(GenerationView):
         out.stream, out.include_usage, out.echo = self.stream, self.include_usage, self.echo
         out.session_id, out._priority, out.n = self.session_id, self._priority, 1
         out.return_token_ids, out.continuous_usage = self.return_token_ids, self.continuous_usage
+        out.hide_reasoning = self.hide_reasoning
         return out
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from shardgate.v1 import parsed
 from shardgate.v1.params import Tools
 
@@ -55,15 +56,19 @@ def message_of(p: parsed.Parsed, role: str = "assistant") -> dict[str, Any]:
 class Answer:
     """Follows one chat answer's parsed deltas."""
 
-    __slots__ = ("_tools", "called", "whole")
+    __slots__ = ("_hide", "_tools", "called", "whole")
 
-    def __init__(self, tools: Tools | None) -> None:
+    def __init__(self, tools: Tools | None, hide_reasoning: bool = False) -> None:
+        """`hide_reasoning`: chat's include_reasoning false (the reasoning is left out)."""
         self._tools = tools
+        self._hide = hide_reasoning
         self.called = False  # a tool call was made
         self.whole: parsed.Parsed | None = None  # the last Parsed seen
 
     def add(self, data: bytes) -> parsed.Parsed:
         p = parsed.decode(data)
+        if self._hide and p.reasoning is not None:
+            p = msgspec.structs.replace(p, reasoning=None)
         if p.tool_calls:
             self.called = True
         self.whole = p

@@ -39,7 +39,9 @@ class Choices(fanout.Fanout):
         self.prompt_ids = prompt_ids
         self.kind: encode.ChunkKind = "chat" if kind == "chat" else "completion"
         self.tallies = [Tally() for _ in range(req.choices)]
-        self.answers = [Answer(req.generation.tools) for _ in range(req.choices)]
+        self.answers = [
+            Answer(req.generation.tools, req.hide_reasoning) for _ in range(req.choices)
+        ]
 
     def usage(self) -> Usage:
         """Each prompt counted once (its n choices share it), every choice's completion."""

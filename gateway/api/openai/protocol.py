@@ -248,7 +248,18 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
     prompt_logprobs = _prompt_logprobs(req, req.top_logprobs)
     if req.include_reasoning is False:
-        raise not_served("include_reasoning", "reasoning comes where the engine parses it")
+        # (vLLM then gives no logprobs or token ids either: they would show the reasoning's
+        # tokens; asked for both, the request is refused instead of answered without them)
+        for field, value in (
+            ("logprobs", req.logprobs),
+            ("return_token_ids", req.return_token_ids),
+        ):
+            if value:
+                raise InvalidRequest(
+                    f"Invalid value for '{field}': not given with include_reasoning false "
+                    "(they would show the reasoning's tokens).",
+                    field,
+                )
     template = template_of(
         req.chat_template,
         req.chat_template_kwargs,
@@ -266,6 +277,7 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
         prompt_logprobs=prompt_logprobs,
     )
     out.echo = bool(req.echo)  # (the last message, where it is the answer's role: echo.py)
+    out.hide_reasoning = req.include_reasoning is False
     out.generation.tools = tools_of(req.tools, req.tool_choice, req.parallel_tool_calls)
     out.generation.template = template
     if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)

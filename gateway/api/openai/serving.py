@@ -119,7 +119,7 @@ class OpenAIServing:
     ) -> web.Response:
         tally = Tally()
         req = gen.request
-        answer = Answer(req.generation.tools)
+        answer = Answer(req.generation.tools, req.hide_reasoning)
         echoed = echo_text(req)
         texts: list[str] = [echoed]
         fmt = formatter(kind == "chat", req.sampling.logprobs)
@@ -184,7 +184,7 @@ class OpenAIServing:
             tape = Tape(log) if log is not None else None
             ids = token_ids.StreamIds(kind, prompt_ids) if prompt_ids is not None else None
             usage = ChoiceUsage() if req.continuous_usage else None
-            answer = Answer(req.generation.tools)
+            answer = Answer(req.generation.tools, req.hide_reasoning)
             relay = Relay(req, enc, Tally(), answer, tape, ids, usage, prompt_ids)
             if log is not None:
                 log.attach(writer)

@@ -316,12 +316,7 @@ NOT_SERVED: list[tuple[str, Any]] = [
 ]
 
 
-NOT_SERVED_CHAT: list[tuple[str, Any]] = [
-    ("include_reasoning", False),
-]
-
-
-@pytest.mark.parametrize(("field", "value"), NOT_SERVED + NOT_SERVED_CHAT)
+@pytest.mark.parametrize(("field", "value"), NOT_SERVED)
 def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> None:
     with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
         decode_chat(chat(**{field: value}), "rid")
@@ -938,3 +933,13 @@ def test_what_a_request_asks_of_its_prompt(
     )
     s = req.sampling
     assert (s.prompt_logprobs, s.truncate_prompt_tokens, s.truncation_side) == want
+
+
+def test_include_reasoning_false_hides_the_reasoning_and_gives_no_tokens_that_show_it() -> None:
+    assert decode_chat(chat(include_reasoning=False), "rid").hide_reasoning
+    assert not decode_chat(chat(include_reasoning=True), "rid").hide_reasoning
+    assert not decode_chat(chat(), "rid").hide_reasoning
+    for field, value in (("logprobs", True), ("return_token_ids", True)):
+        with pytest.raises(InvalidRequest) as e:
+            decode_chat(chat(include_reasoning=False, **{field: value}), "rid")
+        assert e.value.param == field

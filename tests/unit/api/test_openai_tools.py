@@ -242,3 +242,15 @@ def test_a_lagging_streams_deltas_keep_their_parsed_pieces() -> None:
     [merged] = stream.pending
     assert merged.token_ids == [0, 1, 2]
     assert parsed.decode(merged.parsed) == parsed.merge(pieces)
+
+
+def test_an_answer_without_its_reasoning() -> None:
+    """chat's include_reasoning false: the parsed reasoning is left out, streamed and whole."""
+    from gateway.api.openai.answer import Answer
+
+    hidden, shown = Answer(None, hide_reasoning=True), Answer(None)
+    for answer in (hidden, shown):
+        answer.add(parsed.encode(Parsed(reasoning="so", content="hi")))
+    assert delta_of(hidden.add(parsed.encode(Parsed(reasoning="more")))) is None
+    assert hidden.whole == Parsed()
+    assert shown.whole == Parsed(reasoning="so", content="hi")
