@@ -11,6 +11,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types import Completion
 from openai.types.chat import ChatCompletionChunk
 
 from engine_sidecar.backends.sim import SimConfig
@@ -126,6 +127,41 @@ def test_raw_n3_drop_and_reattach_has_every_event_once(kept: Cluster) -> None:
     assert texts == whole
 
 
+def test_a_batch_of_prompts_dropped_and_reattached_equals_an_undisturbed_run(
+    kept: Cluster,
+) -> None:
+    fields: dict[str, Any] = {**SEEDED, "prompt": ["Once upon", "a time"], "model": "sim-llama"}
+    with client(kept) as api:
+        out = api.completions.create(**fields, extra_body={"ignore_eos": True})
+        whole = [c.text for c in sorted(out.choices, key=lambda c: c.index)]
+    until(lambda: running(kept) == 0, what="an idle engine")
+    api = client(kept)
+    raw = api.completions.with_raw_response.create(
+        **fields, stream=True, extra_body={"ignore_eos": True}
+    )
+    sid = raw.headers["x-shardgate-stream-id"]
+    stream = raw.parse()
+    head: list[Completion] = []
+    for chunk in stream:
+        head.append(chunk)
+        if len(head) == 20:
+            break
+    stream.close()  # the client drops mid-way
+    rest = api.get(
+        f"/streams/{sid}",
+        cast_to=Completion,
+        stream=True,
+        stream_cls=openai.Stream[Completion],
+        options={"headers": {"Last-Event-ID": f"{sid}:{len(head)}"}},
+    )
+    texts = ["", ""]
+    for chunk in [*head, *rest]:
+        for c in chunk.choices:
+            texts[c.index] += c.text
+    api.close()
+    assert texts == whole and all(len(t) > 1000 for t in whole)
+
+
 def test_an_n3_stream_nobody_reattaches_is_aborted_after_the_grace_and_settled(
     kept: Cluster,
 ) -> None:
@@ -232,3 +268,30 @@ def test_a_queued_stream_nobody_reattaches_leaves_the_queue_after_the_grace(
     conn.close()
     assert [json.loads(d)["error"]["type"] for _, d in events[:-1]] == ["client_gone"]
     assert events[-1][1] == "[DONE]"
+
+
+def test_a_queued_n2_stream_whose_client_left_is_reattached_whole(queued: Cluster) -> None:
+    fields: dict[str, Any] = {
+        "n": 2, "max_tokens": 30, "seed": 9, "temperature": 1.0, "extra_body": {"ignore_eos": True}
+    }  # fmt: skip
+    with client(queued, "none") as api:
+        out = api.chat.completions.create(model="sim-llama", messages=PROMPT, **fields)
+    whole = [c.message.content for c in sorted(out.choices, key=lambda c: c.index)]
+    assert queued.gateway is not None
+    store = queued.gateway.streams.store
+    hold = blocker(queued)
+    try:
+        with client(queued, "none") as gone:
+            raw = gone.chat.completions.with_raw_response.create(
+                model="sim-llama", messages=PROMPT, stream=True, **fields
+            )  # (its head leaves with its first keep-alive, both choices still queued)
+            sid = raw.headers["x-shardgate-stream-id"]
+            raw.parse().close()
+        log = store.logs[sid]
+        until(lambda: log.reader is None, what="the gateway saw its client leave")
+        assert not log.finished, "its choices wait on, detached"
+    finally:
+        hold.close()
+    with client(queued, "none") as api:
+        tail = rest_from(api, sid, None)
+    assert texts_of(tail, 2) == whole
