@@ -258,6 +258,7 @@ class Gateway:
         self.http_api.settings = self.http_api.serving.settings = s
         self.http_api.tokenizing.settings = s
         self.http_api.responses.reconfigure(s)
+        self.streams.grace_s = s.detach_grace_s  # (n > 1 streams read it there)
         self.grpc_servicer.settings = s
         self.reporter.log_requests = s.request_log
         collector.set_thresholds(s.gc)

@@ -9,6 +9,9 @@ dropped (`close`) and the client gets that refusal. Each API edge renders the ba
 
 Bounded like one request: at most n batches wait between the choices' streams and the edge
 (a choice whose client side lags waits in its own stream, which merges what it holds).
+
+A streamed Fanout whose client left may go on without it (`detach`): it is then a Source of a
+detached producer (gateway/streams/producer.py), which owns it from then on and closes it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ class Fanout:
         self._pumps: list[asyncio.Task[None]] = []
         self.left = req.choices  # choices not done
         self._cut: asyncio.TimerHandle | None = None
+        self._cut_at = math.inf  # loop time
+        self.detached = False  # a detached producer owns it: the client side's close is not
+        # the end
 
     async def submit(self, api_key: str | None) -> None:
         """Admit every choice, or raise the first refusal (`close` drops those admitted)."""
@@ -54,16 +60,40 @@ class Fanout:
         for job in self.jobs:
             job.arm(deadline, first_output_s, cuts=False)
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        if task is not None and deadline != math.inf:
-            self._cut = loop.call_at(deadline + CUT_AFTER_S, task.cancel)
+        self._cut_at = deadline + CUT_AFTER_S
+        self.handover()
         self._pumps = [
             loop.create_task(self._pump(i, job), name=f"choice-{i}-{self.req.request_id}")
             for i, job in enumerate(self.jobs)
         ]
 
+    def handover(self) -> None:
+        """The client side is the current task: the deadline's cut cancels this one."""
+        if self._cut is not None:
+            self._cut.cancel()
+            self._cut = None
+        task = asyncio.current_task()
+        if task is not None and self._cut_at != math.inf:
+            self._cut = asyncio.get_running_loop().call_at(self._cut_at, task.cancel)
+
+    def detach(self) -> None:
+        """Its client left: a detached producer takes it over (and closes it)."""
+        self.detached = True
+
+    async def take(self) -> tuple[int, list[Delta]] | None:
+        """`next`, as a detached producer's Source (None: every choice is done)."""
+        if not self.left:
+            return None
+        return await self.next()
+
     async def close(self) -> None:
-        """The client is done: every choice's engine request ends, the pumps stop."""
+        """The client is done: every choice's engine request ends, the pumps stop (unless a
+        detached producer owns it now: it closes it when it is done)."""
+        if not self.detached:
+            await self.release()
+
+    async def release(self) -> None:
+        """Every choice's engine request ends, the pumps stop."""
         if self._cut is not None:
             self._cut.cancel()
         for job in self.jobs:

@@ -129,7 +129,7 @@ class HttpApi:
         self.anthropic = AnthropicServing(service, settings)
         self.counting = CountTokens(self.tokenizing)
         self.loras = LoraAdmin(fleet, lambda: self.settings, self._admin_caller)
-        self.responses = ResponsesServing(service, settings)
+        self.responses = ResponsesServing(service, settings, streams)
         self._started = int(time.time())
 
     def app(self) -> web.Application:

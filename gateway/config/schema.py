@@ -62,25 +62,24 @@ class LinkSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
 
 
 class ResponsesSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The Responses API's store (per process): stored responses, and the events of
-    background ones for `GET /v1/responses/{id}?stream=true&starting_after=N`."""
+    """The Responses API's store (per process): stored responses. The events of background
+    ones (for `GET /v1/responses/{id}?stream=true&starting_after=N`) are kept in the stream
+    store, under `streams`' bounds and retention."""
 
     # A finished response stays retrievable (and usable as a previous_response_id) this long.
     retention_s: Seconds = 600.0
-    # Responses kept at once, and their bytes (events, output, conversation): finished ones
-    # are evicted first, oldest first; when only running ones fill it, a background request
-    # is refused (503) and a stored one is answered without being kept.
+    # Responses kept at once, and their bytes (output, conversation): finished ones are
+    # evicted first, oldest first; when only running ones fill it, a background request is
+    # refused (503) and a stored one is answered without being kept.
     max_responses: Annotated[int, msgspec.Meta(gt=0)] = 1024
     max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 64 << 20
-    # One background response's events: past it, its earliest events are dropped (a resume
-    # from before them is refused).
-    max_event_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 << 20
 
 
 class StreamSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The stream store: streamed responses' events kept so that a client can reattach
-    (GET /v1/streams/{id}, gRPC Resume). When it is full, new streams are served without resume
-    (`x-shardgate-stream-resume: unavailable`)."""
+    (GET /v1/streams/{id}, gRPC Resume, the Responses API's background responses). When it is
+    full, new streams are served without resume (`x-shardgate-stream-resume: unavailable`) and
+    a background response is refused (503)."""
 
     enabled: bool = True
     # Per process: streams kept (live and finished) and bytes of their events.

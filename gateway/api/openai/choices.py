@@ -1,11 +1,12 @@
 """n > 1, and completions' batches of prompts, on the OpenAI edge: the choices of a Fanout
 (gateway/api/fanout.py) rendered as one answer or one stream, by choice index (of a batch:
 prompt_index * n + i), as vLLM's server renders them. A stream's events are kept like any
-stream's (a reader replays them), but a client that leaves ends it at once (no detached
-producer)."""
+stream's (a reader replays them); a client that leaves it is detached from it as from a single
+stream (gateway/streams/producer.py): the choices run on for `detach_grace_s`."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from aiohttp import web
@@ -13,6 +14,7 @@ from aiohttp import web
 from gateway.api import fanout
 from gateway.api.openai import encode, token_ids
 from gateway.api.openai.answer import Answer, delta_of, message_of
+from gateway.api.openai.detach import Writer, client_gone
 from gateway.api.openai.echo import echo_text
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
@@ -20,8 +22,10 @@ from gateway.api.openai.template import response_role
 from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.runtime.service import Service
 from gateway.streams.hub import Streams
+from gateway.streams.producer import produce
 from gateway.streams.sse import Tape
-from gateway.types import GatewayError, GenerationRequest, Logprobs, Usage
+from gateway.streams.store import StreamLog
+from gateway.types import Delta, GatewayError, GenerationRequest, Logprobs, Usage
 
 
 class Choices(fanout.Fanout):
@@ -90,97 +94,72 @@ class Choices(fanout.Fanout):
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """The choices' chunks as they come. The response starts with its first write: a choice
-        refused before that (while queued) is the request's error response."""
+        refused before that (while queued) is the request's error response. A kept stream goes
+        on without its client for `detach_grace_s`, as a single one does."""
         headers = response_headers(self.jobs[0])
         streams = self._streams
         log = streams.open(self.jobs[0].tenant, headers) if streams is not None else None
+        relay = ChoicesRelay(self, Tape(log) if log is not None else None)
+        resp = SSEResponse(headers={**SSE_HEADERS, **headers})
+        writer = Writer(request)
+        if log is not None:
+            log.attach(writer)
         try:
-            return await self._stream(request, headers, Tape(log) if log is not None else None)
+            return await self._stream(request, resp, relay)
+        except (asyncio.CancelledError, ConnectionResetError) as e:
+            if self._detach(request, resp, relay, log, writer) and isinstance(
+                e, ConnectionResetError
+            ):
+                return resp  # (it goes on without its client)
+            raise
         finally:
-            if log is not None:
+            if log is not None and not self.detached:
+                log.detach(writer)
                 log.finish()
 
+    def _detach(
+        self,
+        request: web.Request,
+        resp: web.StreamResponse,
+        relay: ChoicesRelay,
+        log: StreamLog | None,
+        writer: Writer,
+    ) -> bool:
+        """The client left (its head, with the stream id, sent): the choices go on in a
+        detached producer when someone may reattach (a grace, or a reader that replaced it)."""
+        streams = self._streams
+        if log is None or streams is None or not resp.prepared or relay.ended:
+            return False
+        if any(job.timed_out for job in self.jobs) or not client_gone(request):
+            return False
+        log.detach(writer)
+        if streams.grace_s <= 0 and log.reader is None:
+            return False  # the engine requests are aborted at once
+        self.detach()
+        streams.detached.adopt(
+            produce(self, relay, log, streams.grace_s), f"detached-{self.req.request_id}"
+        )
+        return True
+
     async def _stream(
-        self, request: web.Request, headers: dict[str, str], tape: Tape | None
+        self, request: web.Request, resp: web.StreamResponse, relay: ChoicesRelay
     ) -> web.StreamResponse:
-        req = self.req
-        resp = SSEResponse(headers={**SSE_HEADERS, **headers})
-        created = int(time.time())
-        chat = self.kind == "chat"
-        encs = [
-            encode.ChunkEncoder(
-                req.request_id,
-                self.served_model,
-                created,
-                self.kind,
-                formatter(chat, req.sampling.logprobs),
-                index=i,
-                role=response_role(req.generation),
-            )
-            for i in range(len(self.jobs))
-        ]
-        prompt = self.prompt_ids
-        ids = None
-        if prompt is not None:
-            ids = [token_ids.StreamIds(self.kind, prompt[i // req.n]) for i in range(len(encs))]
-        usage = [ChoiceUsage() for _ in encs] if req.continuous_usage else None
-        buf = bytearray()
-        began = False
         try:
             while self.left:
-                index, batch = await self.next()
-                tally, answer, enc = self.tallies[index], self.answers[index], encs[index]
-                if not batch:
-                    enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
-                    if ids is not None:
-                        ids[index].add(buf, [])
-                    if usage is not None:
-                        usage[index].add(buf)
-                for d in batch:
-                    if (d.token_ids or d.text or d.parsed) and not began:
-                        began = True
-                        if usage is not None:
-                            usage[index].see_prompt([d])
-                        self._begin(buf, encs, usage)
-                    if usage is not None:
-                        usage[index].see(d)
-                    if d.token_ids or d.text or d.parsed:
-                        if d.parsed:  # an answer its engine parsed: its pieces
-                            delta = delta_of(answer.add(d.parsed))
-                            if delta is None and d.logprobs:  # its logprobs (as vLLM)
-                                delta = {}
-                            if delta is not None:
-                                enc.delta_chunk_into(buf, delta, d.logprobs)
-                                if ids is not None:
-                                    ids[index].add(buf, d.token_ids)
-                                if usage is not None:
-                                    usage[index].add(buf)
-                            elif ids is not None:
-                                ids[index].held += d.token_ids  # (nothing to show yet)
-                        else:
-                            enc.token_chunk_into(buf, d.text, d.logprobs)
-                            if ids is not None:
-                                ids[index].add(buf, d.token_ids)
-                            if usage is not None:
-                                usage[index].add(buf)
-                    elif not d.finish and not d.prompt_tokens:
-                        buf += KEEPALIVE  # queued or preempted: keep the connection alive
-                    tally.add(d)
-                if buf:
+                relay.add(await self.next())
+                if relay.buf:
                     if not resp.prepared:
                         await resp.prepare(request)
-                    await resp.write(tape.stamp(buf) if tape is not None else bytes(buf))
-                    buf.clear()
+                    await resp.write(relay.take())
         except GatewayError as e:
             if not resp.prepared:
                 raise  # nothing was said yet: an error response
-            buf += encode.ChunkEncoder.error_event(e.message, e.type, e.status)
-        if req.include_usage:
-            encs[0].usage_chunk_into(buf, self.usage())
-        buf += encode.DONE
+            relay.error(e)
+        else:
+            relay.end()
         if not resp.prepared:
             await resp.prepare(request)
-        await resp.write_eof(tape.stamp(buf) if tape is not None else bytes(buf))
+        await resp.write_eof(relay.take())
         return resp
 
     def _begin(
@@ -205,3 +184,96 @@ class Choices(fanout.Fanout):
                 enc.token_chunk_into(buf, echoed)
                 if usage is not None:
                     usage[i].add(buf)
+
+
+class ChoicesRelay:
+    """A streamed Fanout's events from its items (a choice's index and batch), encoded into
+    one buffer (each event stamped and kept when its stream is kept)."""
+
+    def __init__(self, choices: Choices, tape: Tape | None) -> None:
+        self.choices = choices
+        self.tape = tape
+        req = self.req = choices.req
+        created = int(time.time())
+        chat = choices.kind == "chat"
+        self.encs = encs = [
+            encode.ChunkEncoder(
+                req.request_id,
+                choices.served_model,
+                created,
+                choices.kind,
+                formatter(chat, req.sampling.logprobs),
+                index=i,
+                role=response_role(req.generation),
+            )
+            for i in range(len(choices.jobs))
+        ]
+        prompt = choices.prompt_ids
+        self.ids = None
+        if prompt is not None:
+            kind = choices.kind
+            self.ids = [token_ids.StreamIds(kind, prompt[i // req.n]) for i in range(len(encs))]
+        self.usage = [ChoiceUsage() for _ in encs] if req.continuous_usage else None
+        self.buf = bytearray()
+        self.began = False
+        self.ended = False
+
+    def add(self, item: tuple[int, list[Delta]]) -> None:
+        index, batch = item
+        choices, buf, ids, usage = self.choices, self.buf, self.ids, self.usage
+        tally, answer, enc = choices.tallies[index], choices.answers[index], self.encs[index]
+        if not batch:
+            enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
+            if ids is not None:
+                ids[index].add(buf, [])
+            if usage is not None:
+                usage[index].add(buf)
+        for d in batch:
+            if (d.token_ids or d.text or d.parsed) and not self.began:
+                self.began = True
+                if usage is not None:
+                    usage[index].see_prompt([d])
+                choices._begin(buf, self.encs, usage)
+            if usage is not None:
+                usage[index].see(d)
+            if d.token_ids or d.text or d.parsed:
+                if d.parsed:  # an answer its engine parsed: its pieces
+                    delta = delta_of(answer.add(d.parsed))
+                    if delta is None and d.logprobs:  # its logprobs (as vLLM)
+                        delta = {}
+                    if delta is not None:
+                        enc.delta_chunk_into(buf, delta, d.logprobs)
+                        if ids is not None:
+                            ids[index].add(buf, d.token_ids)
+                        if usage is not None:
+                            usage[index].add(buf)
+                    elif ids is not None:
+                        ids[index].held += d.token_ids  # (nothing to show yet)
+                else:
+                    enc.token_chunk_into(buf, d.text, d.logprobs)
+                    if ids is not None:
+                        ids[index].add(buf, d.token_ids)
+                    if usage is not None:
+                        usage[index].add(buf)
+            elif not d.finish and not d.prompt_tokens:
+                buf += KEEPALIVE  # queued or preempted: keep the connection alive
+            tally.add(d)
+
+    def end(self) -> None:
+        """The usage when asked for, and [DONE]."""
+        self.ended = True
+        if self.req.include_usage:
+            self.encs[0].usage_chunk_into(self.buf, self.choices.usage())
+        self.buf += encode.DONE
+
+    def error(self, e: GatewayError) -> None:
+        """The stream already started: the error travels as an SSE event."""
+        self.buf += encode.ChunkEncoder.error_event(e.message, e.type, e.status)
+        self.end()
+
+    def take(self) -> bytes:
+        """What was encoded since the last take, ready to send."""
+        buf = self.buf
+        out = self.tape.stamp(buf) if self.tape is not None else bytes(buf)
+        buf.clear()
+        return out

@@ -12,7 +12,7 @@ from gateway.api.body import read_body
 from gateway.api.openai import echo, encode, token_ids
 from gateway.api.openai.answer import Answer, message_of
 from gateway.api.openai.choices import Choices
-from gateway.api.openai.detach import Writer
+from gateway.api.openai.detach import Unbegun, Writer, client_gone
 from gateway.api.openai.direct import DirectSink
 from gateway.api.openai.echo import echo_text
 from gateway.api.openai.logprobs import formatter
@@ -207,20 +207,21 @@ class OpenAIServing:
     def _detach(
         self, request: web.Request, gen: Job, relay: Relay, log: StreamLog | None, writer: Writer
     ) -> bool:
-        """The client left mid-stream: hand the rest to a detached producer when the stream is
-        kept and someone may reattach (a grace, or a reader that replaced this client)."""
-        if log is None or self.streams is None or not relay.begun or relay.ended or gen.timed_out:
+        """The client left (mid-stream, or still queued: its head, with the stream id, sent):
+        hand the rest to a detached producer when the stream is kept and someone may reattach
+        (a grace, or a reader that replaced this client)."""
+        if log is None or self.streams is None or relay.ended or gen.timed_out:
             return False
-        transport = request.transport
-        if transport is not None and not transport.is_closing():
+        if not client_gone(request):
             return False  # cancelled for another reason (the gateway stops)
         log.detach(writer)
         grace = self.settings.detach_grace_s
         if grace <= 0 and log.reader is None:
             return False  # today's behaviour: the engine request is aborted at once
         gen.out.sink = None
+        enc = relay if relay.begun else Unbegun(relay, gen)
         self.streams.detached.adopt(
-            run_detached(gen, relay, log, grace), f"detached-{gen.request.request_id}"
+            run_detached(gen, enc, log, grace), f"detached-{gen.request.request_id}"
         )
         return True
 

@@ -4,8 +4,9 @@ and POST /v1/responses/{id}/cancel.
 A request goes through the same service entry point as chat completions (admission,
 priorities, routing, preemption, migration). A stored response (`store`, the default) is kept
 for its tenant (gateway.responses.retention_s); a background one runs in a task of its own,
-bounded by the request deadline like any other, its events kept so that a client can follow
-it, drop and come back with `starting_after`.
+bounded by the request deadline like any other, its events kept in the gateway's stream store
+(gateway/streams/: its bounds, retention and eviction, as for every API's streams) so that a
+client can follow it, drop and come back with `starting_after`.
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ from gateway.api.body import read_body
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, parse_priority
 from gateway.api.openai.sse import response_headers as job_headers
 from gateway.api.responses.encode import Events, ResponseState, encode_response
+from gateway.api.responses.follow import KIND, follow
 from gateway.api.responses.protocol import Decoded, decode_responses, generation_request
 from gateway.api.responses.run import drive
-from gateway.api.responses.store import EventLog, ResponseStore, Stored
+from gateway.api.responses.store import ResponseStore, Stored
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
+from gateway.streams.hub import Streams
+from gateway.streams.store import StreamLog
 from gateway.tasks import stop, stop_all
 from gateway.types import GatewayError, InvalidRequest, Message, ModelNotFound, Unavailable
 
@@ -60,10 +64,15 @@ def not_found(id: str) -> ModelNotFound:
 
 
 class ResponsesServing:
-    def __init__(self, service: Service, settings: GatewaySettings) -> None:
+    def __init__(
+        self, service: Service, settings: GatewaySettings, streams: Streams | None = None
+    ) -> None:
+        """`streams`: the gateway's stream store, which keeps background responses' events
+        (without one, a store of its own)."""
         self._service = service
         self.settings = settings
         self.store: ResponseStore[Entry] = ResponseStore(settings.responses)
+        self.streams = streams if streams is not None else Streams(settings)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def reconfigure(self, settings: GatewaySettings) -> None:
@@ -177,11 +186,14 @@ class ResponsesServing:
     async def _background(
         self, request: web.Request, gen: Job, entry: Entry, tenant: str, stream: bool
     ) -> web.StreamResponse:
-        s = self.settings
-        log = EventLog(s.responses.max_event_bytes)
+        log = self.streams.store.open(tenant, KIND)  # (its events: the stream store's bounds)
+        if log is None:
+            gen.close()
+            raise Unavailable("The stream store is full: try again later, or without background.")
         stored = Stored(entry.state.id, tenant, entry, log, entry.size())
         if not self.store.add(stored):
             gen.close()
+            log.finish()  # (empty: it goes at its retention, or first when room is needed)
             raise Unavailable("The response store is full: try again later, or without background.")
         task = asyncio.create_task(self._run(gen, stored, log), name=f"response {stored.id}")
         entry.task = task
@@ -193,7 +205,7 @@ class ResponsesServing:
             body=encode_response(entry.state), content_type=_JSON, headers=job_headers(gen)
         )
 
-    async def _run(self, gen: Job, stored: Stored[Entry], log: EventLog) -> None:
+    async def _run(self, gen: Job, stored: Stored[Entry], log: StreamLog) -> None:
         """A background generation, without a client: bounded by the request deadline (the
         job's timer fails it, and cuts this task if it hangs)."""
         s = self.settings
@@ -202,8 +214,8 @@ class ResponsesServing:
         events.start()
 
         async def flush(batch: list[tuple[int, bytes]], keepalives: int) -> None:
-            for seq, data in batch:
-                log.append(seq, data)
+            for _, data in batch:  # (numbered as they come: sequence_number + 1)
+                log.append(data)
 
         try:
             await flush(events.take(), 0)
@@ -216,37 +228,18 @@ class ResponsesServing:
         finally:
             gen.close()
             state.cancel()  # (cancelled, or cut past its deadline)
-            log.close()
+            log.finish()
             self._finish(stored)
 
     async def _follow(
-        self, request: web.Request, log: EventLog, after: int, headers: dict[str, str] | None = None
+        self,
+        request: web.Request,
+        log: StreamLog,
+        after: int,
+        headers: dict[str, str] | None = None,
     ) -> web.StreamResponse:
-        """Replay the events after `after`, then follow the live ones until the log closes
-        (for at most the request deadline)."""
         s = self.settings
-        batch = log.after(after)  # (events no longer kept: a 400 before anything is sent)
-        resp = SSEResponse(headers={**SSE_HEADERS, **(headers or {})})
-        await resp.prepare(request)
-        seq = max(after, log.next_seq - len(batch) - 1)  # the last one sent
-        try:
-            async with asyncio.timeout(s.request_timeout_s):
-                while True:
-                    if batch:
-                        await resp.write(b"".join(batch))
-                        seq += len(batch)
-                    elif log.closed:
-                        break
-                    else:
-                        await resp.write(KEEPALIVE)
-                    await log.wait(seq, s.keepalive_s)
-                    batch = log.after(seq)
-        except TimeoutError:
-            pass  # its deadline passed: the client may come back for the rest
-        except InvalidRequest:
-            pass  # it read too slowly: what it had not read yet is no longer kept
-        await resp.write_eof()
-        return resp
+        return await follow(request, log, after, headers or {}, s.keepalive_s, s.request_timeout_s)
 
     # -- GET /v1/responses/{id}, POST /v1/responses/{id}/cancel -------------------------------
     def _entry(self, request: web.Request) -> Stored[Entry]:
@@ -276,7 +269,14 @@ class ResponsesServing:
                 "Invalid value for 'starting_after': must be an integer of at least -1.",
                 "starting_after",
             )
-        return await self._follow(request, found.log, seq)
+        # Its events, as the stream store keeps them (past its retention or evicted: gone).
+        log = self.streams.store.get(found.log.sid, found.tenant, KIND)
+        if log is None:
+            raise InvalidRequest(
+                "Invalid value for 'starting_after': this response's events are no longer kept.",
+                "starting_after",
+            )
+        return await self._follow(request, log, seq)
 
     async def cancel(self, request: web.Request) -> web.Response:
         found = self._entry(request)

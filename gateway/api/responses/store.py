@@ -1,91 +1,27 @@
-"""The Responses API's store: responses by id, each with its tenant, for as long as they are
-retained, and for a background one the log of its streaming events.
+"""The Responses API's store of responses: each by id, with its tenant, for as long as it is
+retained. A background response's events are not kept here but in the gateway's stream store
+(gateway/streams/), as every API's streams are, under its bounds, retention and eviction; an
+entry holds the log of its events there.
 
-Small, bounded and in this process. Its interface is the narrow one a stream store offers
-(append event bytes under a sequence number, read after N, follow live, retention, bounds): it
-is to move onto the gateway's shared stream store, keeping only the responses by id here.
-
-Bounds: at most `max_responses` entries and `max_bytes`, where a running background response
-counts as `max_event_bytes` (the most its log may hold; past it the log drops its earliest
-events) and a finished one as what it holds. Finished entries are evicted first, oldest first,
-and expire `retention_s` after they finished; running ones are never evicted.
+Small, bounded and in this process. Bounds: at most `max_responses` entries and `max_bytes`,
+where a running response counts as its reserve (the most it will hold) and a finished one as
+what it holds. Finished entries are evicted first, oldest first, and expire `retention_s` after
+they finished; running ones are never evicted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from gateway.config.schema import ResponsesSettings
-from gateway.types import InvalidRequest
+from gateway.streams.store import StreamLog
 
-__all__ = ["EventLog", "ResponseStore", "Stored"]
+__all__ = ["ResponseStore", "Stored"]
 
 T = TypeVar("T")
-
-
-class EventLog:
-    """One stream's events, numbered 0, 1, ...; its earliest are dropped past `max_bytes`."""
-
-    __slots__ = ("_changed", "_events", "_first", "bytes", "closed", "max_bytes")
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.closed = False
-        self._events: deque[bytes] = deque()
-        self._first = 0  # the sequence number of _events[0]
-        self._changed: asyncio.Future[None] | None = None
-
-    @property
-    def next_seq(self) -> int:
-        return self._first + len(self._events)
-
-    def append(self, seq: int, data: bytes) -> None:
-        """Keep `data` as event `seq` (the next one: events are numbered without gaps)."""
-        if seq != self.next_seq or self.closed:
-            raise ValueError(f"event {seq} out of order (next: {self.next_seq})")
-        self._events.append(data)
-        self.bytes += len(data)
-        while self.bytes > self.max_bytes and len(self._events) > 1:
-            self.bytes -= len(self._events.popleft())
-            self._first += 1
-        self._wake()
-
-    def close(self) -> None:
-        """No more events: followers end once they have read them all."""
-        self.closed = True
-        self._wake()
-
-    def after(self, seq: int) -> list[bytes]:
-        """The events numbered above `seq` (-1: all); InvalidRequest when some are gone."""
-        if seq + 1 < self._first:
-            raise InvalidRequest(
-                f"Invalid value for 'starting_after': events up to {self._first - 1} are no "
-                "longer kept.",
-                "starting_after",
-            )
-        start = max(seq + 1 - self._first, 0)
-        return [self._events[i] for i in range(start, len(self._events))]
-
-    async def wait(self, seq: int, timeout_s: float) -> None:
-        """Until an event above `seq` is kept or the log closes, for at most `timeout_s`."""
-        if self.closed or self.next_seq > seq + 1:
-            return
-        if self._changed is None:
-            self._changed = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._changed), timeout_s)
-        except TimeoutError:
-            return
-
-    def _wake(self) -> None:
-        changed, self._changed = self._changed, None
-        if changed is not None and not changed.done():
-            changed.set_result(None)
 
 
 class Stored(Generic[T]):
@@ -94,23 +30,21 @@ class Stored(Generic[T]):
     __slots__ = ("finished_at", "id", "log", "reserve", "size", "tenant", "value")
 
     def __init__(
-        self, id: str, tenant: str, value: T, log: EventLog | None, reserve: int = 0
+        self, id: str, tenant: str, value: T, log: StreamLog | None, reserve: int = 0
     ) -> None:
         self.id = id
         self.tenant = tenant
         self.value = value
-        self.log = log
-        # What it counts while running besides its log's bound: the most it will hold.
+        self.log = log  # its events, in the stream store (counted there)
+        # What it counts while running: the most it will hold.
         self.reserve = reserve
-        self.size = 0  # the bytes it holds besides its log, once finished
+        self.size = 0  # the bytes it holds, once finished
         self.finished_at: float | None = None
 
     @property
     def weight(self) -> int:
         """What it counts against the store's bytes."""
-        if self.finished_at is None:
-            return self.reserve + (self.log.max_bytes if self.log is not None else 0)
-        return self.size + (self.log.bytes if self.log is not None else 0)
+        return self.reserve if self.finished_at is None else self.size
 
 
 class ResponseStore(Generic[T]):
@@ -142,7 +76,7 @@ class ResponseStore(Generic[T]):
         return True
 
     def finish(self, entry: Stored[T], size: int) -> None:
-        """`entry` ended, holding `size` bytes (besides its log): retained from now."""
+        """`entry` ended, holding `size` bytes: retained from now."""
         if self._entries.get(entry.id) is not entry or entry.finished_at is not None:
             return
         self.bytes -= entry.weight

@@ -102,3 +102,19 @@ async def test_past_the_deadline_a_finished_choice_does_not_cut_the_answer() -> 
     second.push(Delta([1], "x", Finish.NONE, 3))
     with pytest.raises(GatewayTimeout):
         await task
+
+
+async def test_a_detached_fanout_is_closed_by_its_producer_not_its_client() -> None:
+    f = Fanout(cast(Any, None), cast(Any, _Req()))
+    jobs = [_Endless() for _ in range(3)]
+    f.jobs = cast(Any, jobs)
+    f.arm(math.inf, math.inf)
+    f.detach()
+    await f.close()  # the client side is done: the choices go on
+    assert [j.closed for j in jobs] == [0, 0, 0]
+    item = await f.take()
+    assert item is not None and item[1] == [Delta([1], "x")]
+    await f.release()  # its producer is done
+    assert [j.closed for j in jobs] == [1, 1, 1]
+    f.left = 0
+    assert await f.take() is None  # every choice done: the end

@@ -1,13 +1,15 @@
-"""The Responses API's bounded store (gateway.api.responses.store), with a fake clock."""
+"""The Responses API's bounded store of responses (gateway.api.responses.store), and its
+events' numbering in the stream store (gateway.api.responses.follow), with a fake clock."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from gateway.api.responses.store import EventLog, ResponseStore, Stored
+from gateway.api.responses.follow import KIND, events_after
+from gateway.api.responses.store import ResponseStore, Stored
 from gateway.config.schema import ResponsesSettings
+from gateway.streams.policy import Limits
+from gateway.streams.store import StreamStore
 from gateway.types import InvalidRequest
 
 
@@ -23,51 +25,50 @@ def store(clock: Clock, **settings: float) -> ResponseStore[str]:
     return ResponseStore(ResponsesSettings(**settings), clock)  # type: ignore[arg-type]
 
 
-def entry(id: str, tenant: str = "t", log: EventLog | None = None, reserve: int = 0) -> Stored[str]:
-    return Stored(id, tenant, id, log, reserve)
+def entry(id: str, tenant: str = "t", reserve: int = 0) -> Stored[str]:
+    return Stored(id, tenant, id, None, reserve)
 
 
-def test_a_log_numbers_its_events_and_reads_after_n() -> None:
-    log = EventLog(1000)
+def stream_store(clock: Clock, **bounds: int) -> StreamStore:
+    limits = Limits(bounds.get("max_streams", 10), bounds.get("max_bytes", 1 << 20), 60.0)
+    events = bounds.get("max_stream_events", 1000)
+    return StreamStore(limits, events, bounds.get("max_stream_bytes", 1 << 20), clock=clock)
+
+
+def test_sequence_numbers_from_0_are_the_stream_logs_from_1() -> None:
+    log = stream_store(Clock()).open("t", KIND)
+    assert log is not None
     for seq in range(5):
-        log.append(seq, b"e%d" % seq)
-    assert log.after(-1) == [b"e0", b"e1", b"e2", b"e3", b"e4"]
-    assert log.after(2) == [b"e3", b"e4"]
-    assert log.after(4) == [] and log.after(9) == []
-    with pytest.raises(ValueError):
-        log.append(7, b"gap")
-    log.close()
-    with pytest.raises(ValueError):
-        log.append(5, b"late")
+        log.append(b"e%d" % seq)
+    assert events_after(log, -1) == [b"e0", b"e1", b"e2", b"e3", b"e4"]
+    assert events_after(log, 2) == [b"e3", b"e4"]
+    assert events_after(log, 4) == [] and events_after(log, 9) == []
 
 
-def test_a_log_drops_its_earliest_events_past_its_bound() -> None:
-    log = EventLog(10)
-    for seq in range(6):
-        log.append(seq, b"abcd")  # 4 bytes each: two fit
-    assert log.bytes == 8 and log.next_seq == 6
-    assert log.after(3) == [b"abcd", b"abcd"]
+def test_events_past_the_stream_stores_bounds_are_no_longer_kept() -> None:
+    log = stream_store(Clock(), max_stream_events=2).open("t", KIND)
+    assert log is not None
+    for _ in range(6):
+        log.append(b"abcd")
+    assert events_after(log, 3) == [b"abcd", b"abcd"]  # 4 and 5: the newest two
     with pytest.raises(InvalidRequest) as err:
-        log.after(2)
+        events_after(log, 2)
     assert err.value.param == "starting_after"
+    assert "up to 3 are no longer kept" in err.value.message
 
 
-async def test_a_follower_wakes_on_an_event_and_on_close() -> None:
-    log = EventLog(100)
-    waiter = asyncio.create_task(log.wait(-1, 10.0))
-    await asyncio.sleep(0)
-    assert not waiter.done()
-    log.append(0, b"x")
-    await asyncio.wait_for(waiter, 5.0)
-    waiter = asyncio.create_task(log.wait(0, 10.0))
-    await asyncio.sleep(0)
-    log.close()
-    await asyncio.wait_for(waiter, 5.0)
-    await asyncio.wait_for(log.wait(0, 10.0), 5.0)  # closed: at once
-
-
-async def test_a_follower_waits_no_longer_than_its_timeout() -> None:
-    await asyncio.wait_for(EventLog(100).wait(-1, 0.01), 5.0)
+def test_an_evicted_log_keeps_nothing_for_a_reader() -> None:
+    clock = Clock()
+    store = stream_store(clock)
+    log = store.open("t", KIND)
+    assert log is not None
+    log.append(b"x")
+    log.finish()
+    clock.now = 61.0  # past the stream store's retention
+    store.sweep()
+    with pytest.raises(InvalidRequest):
+        events_after(log, -1)
+    assert store.get(log.sid, "t", KIND) is None
 
 
 def test_only_its_tenant_gets_an_entry() -> None:
@@ -111,18 +112,15 @@ def test_when_full_the_oldest_finished_go_first_and_running_ones_never() -> None
     assert [x for x in "abc" if s.get(x, "t")] == ["a", "c"]
 
 
-def test_bytes_count_a_running_log_at_its_bound_and_a_finished_one_as_it_is() -> None:
+def test_bytes_count_a_running_entry_at_its_reserve_and_a_finished_one_as_it_is() -> None:
     s = store(Clock(), max_bytes=1000)
-    log = EventLog(600)
-    a = entry("a", log=log)
+    a = entry("a", reserve=600)
     assert s.add(a) and s.bytes == 600
-    assert not s.add(entry("b", log=EventLog(600)))  # 1200 > 1000
+    assert not s.add(entry("b", reserve=600))  # 1200 > 1000
     assert s.add(entry("c", reserve=300)) and s.bytes == 900
-    log.append(0, b"x" * 50)
-    log.close()
-    s.finish(a, 20)
+    s.finish(a, 70)  # (its events are the stream store's: not counted here)
     assert s.bytes == 300 + 70
-    assert s.add(entry("b", log=EventLog(600)))  # room now, without evicting a
+    assert s.add(entry("b", reserve=600))  # room now, without evicting a
     assert s.get("a", "t") is not None
     # A new entry that needs room evicts the finished ones.
     s.finish(s.get("c", "t") or entry("?"), 30)
