@@ -5,12 +5,17 @@ calls, finish reasons and usage; and a resumed request's logprobs go on exactly.
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+import pytest_asyncio
 from shardgate.v1.params import Logprobs, Message, Sampling, Tools
 
+from engine_sidecar.backends.common.tokenizer import HfTokenizer
 from engine_sidecar.backends.openai import OpenAIConfig
 from engine_sidecar.backends.openai.backend import OpenAIBackend
 from tests.contract.harness import Collector
@@ -185,31 +190,36 @@ def _logprobs(deltas: list[Any]) -> list[Logprobs]:
     return [lp for d in deltas for lp in d.logprobs or []]
 
 
+@pytest_asyncio.fixture
+async def backend(vllm_server: str) -> AsyncIterator[tuple[OpenAIBackend, Collector]]:
+    """The backend alone in front of the server (its deltas collected)."""
+    config = OpenAIConfig(base_url=vllm_server, model=MODEL, **SERVER_FLAGS)
+    b, c = OpenAIBackend(config), Collector()
+    await b.start(c.sink)
+    try:
+        yield b, c
+    finally:
+        await b.stop()
+
+
 @pytest.mark.parametrize("what", ["chat", "prompt", "tools"])
-async def test_a_resumed_request_s_logprobs_go_on_exactly(vllm_server: str, what: str) -> None:
+async def test_a_resumed_request_s_logprobs_go_on_exactly(
+    backend: tuple[OpenAIBackend, Collector], what: str
+) -> None:
     """The sidecar's side of a resume (preemption, migration): the tokens after those resumed,
     with the same logprobs and token texts as the uninterrupted run's."""
+    b, c = backend
     fields: dict[str, Any] = {"prompt": "The gateway routes shards"}
     if what != "prompt":
         fields = {"messages": (Message("user", "Tell me about shards."),)}
     if what == "tools":
-        import json
-
         fields["tools"] = Tools(tools=json.dumps(TOOLS), choice="auto")
-    b, c = (
-        OpenAIBackend(OpenAIConfig(base_url=vllm_server, model=MODEL, **SERVER_FLAGS)),
-        Collector(),
-    )
-    await b.start(c.sink)
-    try:
-        b.submit(_request_of(1, (), **fields))
-        full = await c.finished(1)
-        ids = [t for d in full for t in d.token_ids]
-        assert len(ids) == len(_logprobs(full)) == 12
-        b.submit(_request_of(2, tuple(ids[:5]), **fields))
-        resumed = await c.finished(2)
-    finally:
-        await b.stop()
+    b.submit(_request_of(1, (), **fields))
+    full = await c.finished(1)
+    ids = [t for d in full for t in d.token_ids]
+    assert len(ids) == len(_logprobs(full)) == 12
+    b.submit(_request_of(2, tuple(ids[:5]), **fields))
+    resumed = await c.finished(2)
     assert [t for d in resumed for t in d.token_ids] == ids[5:]
     want = _logprobs(full)[5:]
     got = _logprobs(resumed)
@@ -222,3 +232,25 @@ async def test_a_resumed_request_s_logprobs_go_on_exactly(vllm_server: str, what
         full[-1].prompt_tokens,
         12,
     )
+
+
+async def test_a_resumed_token_that_ends_a_character_reads_as_that_character(
+    backend: tuple[OpenAIBackend, Collector], tiny_model_dir: Path
+) -> None:
+    """Resumed after two of a character's three byte tokens, the third (forced here) reads as
+    the character, as in the run that made all three: the tokens so far are its context."""
+    b, c = backend
+    tokenizer = HfTokenizer.from_pretrained(str(tiny_model_dir))
+    snowman = tuple(tokenizer.encode("☃", add_special_tokens=False))
+    assert len(snowman) == 3
+    sampling = Sampling(max_tokens=3, temperature=0.0, logprobs=2, allowed_token_ids=snowman[2:])
+    b.submit(
+        engine_request(
+            1, snowman[:2], model=MODEL, request_id="t", sampling=sampling, prompt="Snow"
+        )
+    )
+    deltas = await c.finished(1)
+    lps = _logprobs(deltas)
+    assert [lp.ids[0] for lp in lps] == [snowman[2]]
+    assert lps[0].tokens[0] == "☃"
+    assert "".join(d.text for d in deltas) == "☃"

@@ -4,7 +4,8 @@ link's Logprobs entries; what goes to the server for them and for tools; refusal
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -196,3 +197,25 @@ def test_a_tool_choice_s_grammar_as_the_server_takes_it() -> None:
     so = StructuredOutputsParams(regex="a+", disable_any_whitespace=True)
     assert of(so) == {"regex": "a+", "disable_any_whitespace": True}
     assert of(None) is None
+
+
+def test_a_resumed_request_s_token_texts_have_the_tokens_so_far_as_context(
+    tiny_model_dir: Path,
+) -> None:
+    """A character split over byte tokens: its last token reads as the character where the
+    tokens before it are the context (vLLM's convention), as the uninterrupted run read it."""
+    from tests.engines import require
+
+    require("vllm")
+    from engine_sidecar.backends.common.tokenizer import HfTokenizer
+    from engine_sidecar.backends.openai.local import Local
+
+    tok = HfTokenizer.from_pretrained(str(tiny_model_dir))
+    ids = tok.encode("☃", add_special_tokens=False)
+    assert len(ids) == 3  # (byte tokens)
+    local = Local(tok, parsers=cast(Any, None), reasoning=False)
+    whole = local.token_texts([])
+    run = [whole.decode([i])[0] for i in ids]
+    assert run[-1] == "☃"
+    assert local.token_texts(ids[:2]).decode([ids[2]]) == ["☃"]
+    assert local.token_texts(ids[:1]).decode([ids[1]]) == [run[1]]
