@@ -92,7 +92,7 @@ def make_local(config: OpenAIConfig, tokenizer: HfTokenizer | None) -> Local | N
     )
     try:
         parsers = ChatParsers(parsers_config, tokenizer.raw, None)
-    except (KeyError, ValueError, ImportError) as e:
+    except (KeyError, ValueError, TypeError, ImportError) as e:
         raise RuntimeError(f"openai.tool_call_parser / reasoning_parser: {e}") from e
     return Local(tokenizer, parsers, parsers.reasoning)
 

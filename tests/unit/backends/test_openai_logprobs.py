@@ -219,3 +219,30 @@ def test_a_resumed_request_s_token_texts_have_the_tokens_so_far_as_context(
     assert run[-1] == "☃"
     assert local.token_texts(ids[:2]).decode([ids[2]]) == ["☃"]
     assert local.token_texts(ids[:1]).decode([ids[1]]) == [run[1]]
+
+
+def test_the_parsers_named_as_the_server_s_flags(tiny_model_dir: Path) -> None:
+    from tests.engines import require
+
+    require("vllm")
+    from engine_sidecar.backends.common.tokenizer import HfTokenizer
+    from engine_sidecar.backends.openai.config import OpenAIConfig
+    from engine_sidecar.backends.openai.local import make_local
+
+    tok = HfTokenizer.from_pretrained(str(tiny_model_dir))
+    flags: dict[str, Any] = {"enable_auto_tool_choice": True, "tool_call_parser": "pythonic"}
+    assert make_local(OpenAIConfig(model="m", **flags), None) is None  # (no tokenizer)
+    local = make_local(OpenAIConfig(model="m", **flags), tok)
+    assert local is not None and not local.reasoning
+    with pytest.raises(RuntimeError, match="tool_call_parser"):
+        bad = {**flags, "tool_call_parser": "no-such-parser"}
+        make_local(OpenAIConfig(model="m", **bad), tok)
+    with pytest.raises(RuntimeError, match="think"):  # (the tiny model has no such tokens)
+        make_local(OpenAIConfig(model="m", reasoning_parser="deepseek_r1"), tok)
+    # tool_choice "auto" without a parser: refused by name, as vLLM's server refuses it.
+    plain = make_local(OpenAIConfig(model="m"), tok)
+    assert plain is not None
+    r = _request(messages=(Message("user", "hi"),), tools=Tools(tools=TOOLS, choice="auto"))
+    with pytest.raises(RequestError) as e:
+        plain.begin(r.generation)
+    assert e.value.field == "tool_choice"
