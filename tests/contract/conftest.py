@@ -96,7 +96,7 @@ def make_harness(kind: str, request: pytest.FixtureRequest) -> Harness:
         config = OpenAIConfig(base_url=url, model="tiny-llama", max_num_seqs=SLOTS)
         config = msgspec.structs.replace(config, health_interval_s=0.05, metrics_interval_s=0.05)
         tokenizer = request.getfixturevalue("tiny_tokenizer")
-        caps = Caps(step_batches=False)
+        caps = Caps(step_batches=False, logprobs=True)  # (vLLM here: decoded as vLLM does)
         return Harness(kind, OpenAIBackend(config), "tiny-llama", caps, tokenizer=tokenizer)
     server = request.getfixturevalue("fake_triton")
     convention = kind.removeprefix("triton-")

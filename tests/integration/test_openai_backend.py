@@ -12,8 +12,8 @@ import pytest
 import pytest_asyncio
 
 from engine_sidecar.backends.openai import OpenAIConfig
-from engine_sidecar.backends.openai.body import VLLM_CAPABILITIES
 from engine_sidecar.backends.openai.load import parse_metrics
+from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.server import Sidecar
 from gateway.app import Gateway
@@ -25,6 +25,9 @@ pytestmark = pytest.mark.timeout(600)  # may be the first to start the shared vl
 
 MODEL = "tiny-llama"
 MESSAGES: list[Any] = [{"role": "user", "content": "Tell me about shards."}]
+# The shared vllm serve's own tool flags (tests/engines.py vllm_config): the sidecar parses as
+# the server would.
+SERVER_FLAGS: dict[str, Any] = {"enable_auto_tool_choice": True, "tool_call_parser": "pythonic"}
 GATEWAY_YAML = """
 gateway:
   max_body_bytes: 1048576
@@ -48,7 +51,7 @@ class Front:
 @pytest_asyncio.fixture(scope="module")
 async def front(vllm_server: str) -> AsyncIterator[Front]:
     require("vllm")
-    backend = OpenAIConfig(base_url=vllm_server, model=MODEL, max_num_seqs=4)
+    backend = OpenAIConfig(base_url=vllm_server, model=MODEL, max_num_seqs=4, **SERVER_FLAGS)
     config = SidecarConfig(name="openai-0", port=0, backend="openai", openai=backend)
     sidecar = Sidecar(config)
     await sidecar.start()
@@ -168,7 +171,9 @@ async def test_the_sidecar_announces_what_the_server_takes(front: Front) -> None
     assert info.backend == "openai"
     assert [m.name for m in info.models] == [MODEL]
     assert info.models[0].max_model_len == 512  # the server's own
-    assert info.capabilities == VLLM_CAPABILITIES  # (the vllm backend's: a unit test checks)
+    # The vllm backend's, less the chat template controls: logprobs and tools too (made on the
+    # sidecar, with vLLM here: test_openai_backend_parsed.py).
+    assert info.capabilities == CAPABILITIES | {"tools"}
     assert front.sidecar.backend.load().ready
 
 

@@ -29,9 +29,15 @@ from engine_sidecar.backends.openai.body import OPENAI_CAPABILITIES, VLLM_CAPABI
 from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
 from engine_sidecar.backends.openai.config import OpenAIConfig
 from engine_sidecar.backends.openai.job import make_job
+from engine_sidecar.backends.openai.local import make_local, refuse_unserved
 from engine_sidecar.backends.openai.monitor import Monitor
 from engine_sidecar.backends.openai.process import EngineProcess
-from engine_sidecar.backends.openai.start import load_tokenizer, served_model, takes_token_ids
+from engine_sidecar.backends.openai.start import (
+    load_tokenizer,
+    served_model,
+    takes_logprob_ids,
+    takes_token_ids,
+)
 from engine_sidecar.backends.openai.stream import RequestStream, Server
 from engine_sidecar.backends.openai.tokens import detokenize, prompt_ids, refused
 
@@ -67,6 +73,9 @@ class OpenAIBackend:
         token_ids = s is not None and s.token_ids
         extra["token_ids"] = "yes" if token_ids else "no"
         caps = VLLM_CAPABILITIES if token_ids else OPENAI_CAPABILITIES
+        if s is not None and s.local is not None:  # (done on the sidecar: local.py)
+            caps |= {"tools"} | ({"logprobs"} if s.logprobs else set())
+            caps |= {"reasoning"} if s.local.reasoning else set()
         return BackendInfo("openai", (card,), c.max_num_seqs, extra, caps)
 
     async def start(self, sink: DeltaSink) -> None:
@@ -84,6 +93,8 @@ class OpenAIBackend:
             model = await served_model(client, c.model)
             token_ids = await takes_token_ids(client, c.model)
             tokenizer = await asyncio.to_thread(load_tokenizer, c, model.root)
+            local = await asyncio.to_thread(make_local, c, tokenizer) if token_ids else None
+            logprobs = local is not None and await takes_logprob_ids(client, c.model)
         except BaseException:
             self._client = None
             await client.close()
@@ -92,19 +103,21 @@ class OpenAIBackend:
             raise
         max_len = c.max_model_len or model.max_model_len or _DEFAULT_MAX_MODEL_LEN
         self._limits = Limits(c.served_name, max_len, frozenset(c.loras))
-        self._server = Server(client, c.model, token_ids, c.priority, tokenizer)
+        self._server = Server(client, c.model, token_ids, c.priority, tokenizer, local, logprobs)
         self._monitor = monitor
         await monitor.scrape()
         monitor.start()
         self._sink = sink
         self._batcher = StepBatcher(sink, asyncio.get_running_loop())
         log.info(
-            "engine server %s ready: %s, max_model_len %d, token ids %s, tokenizer %s",
+            "engine server %s ready: %s, max_model_len %d, token ids %s, tokenizer %s, "
+            "tools and logprobs here %s",
             c.url,
             c.model,
             max_len,
             "yes" if token_ids else "no",
             "yes" if tokenizer else "no",
+            "yes" if local else "no",
         )
 
     async def stop(self) -> None:
@@ -136,9 +149,12 @@ class OpenAIBackend:
             raise RequestError(
                 ErrorCode.INVALID_ARGUMENT, f"duplicate request key {request.key}", "key"
             )
-        job = make_job(request, self._limits, server.tokenizer)
+        g = request.generation
+        refuse_unserved(g, server.local, server.logprobs)
+        chat = server.local.begin(g) if server.local is not None else None
+        job = make_job(request, self._limits, server.tokenizer, chat)
         stream = RequestStream(server, job, batcher.add, monitor.unreachable)
-        if job.max_tokens == 0:  # resumed with all its tokens already
+        if job.max_tokens == 0 and chat is None:  # resumed with all its tokens already
             batcher.add(stream.usage.delta([], "", Finish.LENGTH))
             return
         stream.on_tokens = self._count

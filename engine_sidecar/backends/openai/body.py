@@ -20,15 +20,15 @@ from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 # request's prompt (its prompt and generated ids) must not be truncated again.
 PROMPT_FIELDS = frozenset({"prompt_logprobs", "truncate_prompt_tokens", "truncation_side"})
 # The optional sampling fields vLLM's OpenAI server takes (the vllm backend's CAPABILITIES),
-# less logprobs (refused by name, not dropped): its HTTP answers cannot give the link's Logprobs
+# less logprobs: those are announced only where the sidecar can give the link's Logprobs
 # exactly as the vllm backend does (ids, logprobs, each token as vLLM's detokenizer decodes it,
-# the sampled one first). Without `return_tokens_as_token_ids` a token is its decoded text only
-# (its id is not known: several ids decode to the same text, e.g. byte tokens as U+FFFD). With
-# it a token is "token_id:N": chat gives the sampled token's decoded text in its `bytes`, but
-# an alternative's `bytes` are those of "token_id:N"; /v1/completions (every resumed request
-# goes there, as token ids) gives no bytes at all; and logprobs are clamped to -9999.0. The
-# texts would have to be decoded on the sidecar (vllm/logprobs.py TokenTexts: vLLM and the
-# model's tokenizer on the sidecar's machine).
+# the sampled one first): with vLLM and the model's tokenizer on the sidecar's machine, from a
+# server that answers /v1/completions' logprobs as token ids (`return_tokens_as_token_ids`, one
+# probe at start); see logprobs.py and local.py. Chat's HTTP answers cannot: an alternative's
+# `bytes` there are those of "token_id:N", and its top_logprobs drop an entry where the sampled
+# token is not among the top ones; so a chat request with logprobs goes to /v1/completions as
+# token ids too (the server's /tokenize of its messages), as every resumed request does.
+# "tools" (and "reasoning") likewise, parsed on the sidecar (local.py).
 NOT_PASSED = frozenset({"logprobs"} | PROMPT_FIELDS)
 VLLM_CAPABILITIES = CAPABILITIES - NOT_PASSED
 # Those of the OpenAI API itself, which any compatible server takes.
@@ -77,7 +77,7 @@ def sampling_fields(s: Sampling, max_tokens: int, resumed: int, *, stop: bool) -
     return body
 
 
-def _message(m: Message) -> dict[str, Any]:
+def message(m: Message) -> dict[str, Any]:
     """A conversation's message as the OpenAI API's (an assistant's calls, a tool's answer)."""
     out: dict[str, Any] = {"role": m.role, "content": m.content}
     if m.tool_calls:
@@ -99,21 +99,30 @@ def request_body(
     priority: bool,
     prompt_ids: Sequence[int] | None = None,
     stop: bool = True,
+    structured: dict[str, Any] | None = None,
+    keep_special_tokens: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The path and body for `r`: chat messages to /v1/chat/completions, the rest (and any
-    request given as `prompt_ids`: a resumed one) to /v1/completions."""
+    request given as `prompt_ids`: a resumed one) to /v1/completions. `structured`: the
+    grammar a tool choice puts on the output; `keep_special_tokens`: its parser reads them."""
     resumed = len(r.resume_token_ids)
     body: dict[str, Any] = {"model": r.lora or model}
     if prompt_ids is not None:
         path, body["prompt"] = "/v1/completions", list(prompt_ids)
     elif r.messages is not None:
         path = "/v1/chat/completions"
-        body["messages"] = [_message(m) for m in r.messages]
+        body["messages"] = [message(m) for m in r.messages]
     elif r.prompt is not None:
         path, body["prompt"] = "/v1/completions", r.prompt
     else:
         path, body["prompt"] = "/v1/completions", list(r.prompt_token_ids or ())
     body.update(sampling_fields(r.sampling, max_tokens, resumed, stop=stop))
+    if structured is not None:
+        body["structured_outputs"] = structured
+    if keep_special_tokens:
+        body["skip_special_tokens"] = False
+    if r.sampling.logprobs is not None:  # (/v1/completions: `logprobs` is the top count)
+        body["return_tokens_as_token_ids"] = True
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
     if token_ids:

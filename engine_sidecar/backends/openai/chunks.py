@@ -3,7 +3,8 @@
 Decoded with msgspec into the few fields it needs (all others are ignored): the text, vLLM's
 token ids (`return_token_ids`: the prompt's in the first chunk, each chunk's own), the finish
 reason and vLLM's `stop_reason` (the stop string that ended it, when one did; a stop token's id
-otherwise), the usage of the last chunk, and an error sent inside the stream.
+otherwise), the usage of the last chunk, an error sent inside the stream, and the logprobs of
+/v1/completions asked with `return_tokens_as_token_ids` (logprobs.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from engine_sidecar.backend import Finish
+from engine_sidecar.backends.openai.logprobs import Position, positions
 
 FINISH = {
     "stop": Finish.STOP,
@@ -26,9 +28,16 @@ class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
 
 
+class _Logprobs(msgspec.Struct, gc=False):  # completions'
+    tokens: list[str] = []
+    token_logprobs: list[float | None] = []
+    top_logprobs: list[dict[str, float] | None] = []
+
+
 class _Choice(msgspec.Struct, gc=False):
     index: int = 0
     text: str | None = None  # completions
+    logprobs: _Logprobs | None = None  # completions (chat's are not read)
     delta: _Delta | None = None  # chat
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None  # completions: the first chunk
@@ -70,13 +79,15 @@ class Chunk(msgspec.Struct, gc=False):
     usage: tuple[int, int, int] | None = None  # prompt, completion, cached tokens
     error: str | None = None
     error_param: str = ""
+    logprobs: list[Position] | None = None  # one per token id, where asked for
 
 
 _DECODE = msgspec.json.Decoder(_Chunk)
 
 
 def read_chunk(data: bytes) -> Chunk:
-    """Raises msgspec.DecodeError / ValidationError on a chunk that is not one."""
+    """Raises msgspec.DecodeError / ValidationError on a chunk that is not one (logprobs that
+    are not token ids, too)."""
     c = _DECODE.decode(data)
     out = Chunk(prompt_token_ids=c.prompt_token_ids)
     if c.error is not None:
@@ -95,6 +106,14 @@ def read_chunk(data: bytes) -> Chunk:
         if choice.prompt_token_ids is not None:
             out.prompt_token_ids = choice.prompt_token_ids
         out.finish_reason = choice.finish_reason
+        lp = choice.logprobs
+        if lp is not None and choice.text is not None:
+            try:
+                out.logprobs = positions(lp.tokens, lp.token_logprobs, lp.top_logprobs)
+            except ValueError as e:
+                raise msgspec.ValidationError(f"logprobs: {e}") from None
+            if out.token_ids is not None and len(out.token_ids) != len(out.logprobs):
+                raise msgspec.ValidationError("logprobs: not one per token id")
         if isinstance(choice.stop_reason, str):
             out.stop_sequence = choice.stop_reason
     return out

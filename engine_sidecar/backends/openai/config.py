@@ -30,6 +30,15 @@ class OpenAIConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     max_num_seqs: PositiveInt = 256
     # LoRA adapters the server serves by name (sent as the request's model).
     loras: list[str] = []
+    # Tool calls and reasoning, as the server's own flags of the same names (`vllm serve
+    # --enable-auto-tool-choice --tool-call-parser pythonic`): with vLLM installed on the
+    # sidecar's machine and a tokenizer, the sidecar parses a chat answer with vLLM's parsers as
+    # the server would (tool_choice "required" or a named function constrains the output with
+    # the schema vLLM derives from the tools, sent to the server as structured outputs).
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    tool_parser_plugin: str | None = None
+    reasoning_parser: str | None = None
     # Send request priority classes (the server runs with --scheduling-policy priority).
     priority: bool = True
     # The connection pool to the server: at most this many connections at once.
@@ -67,6 +76,8 @@ class OpenAIConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
             raise ValueError("openai.command must not be empty")
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"openai.base_url must be an http(s) URL, got {self.base_url!r}")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("openai.enable_auto_tool_choice requires openai.tool_call_parser")
 
     @property
     def served_name(self) -> str:

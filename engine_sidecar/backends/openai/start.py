@@ -1,5 +1,6 @@
 """What the backend asks of its server at start: its model (/v1/models), whether it takes vLLM's
-`return_token_ids` (one probe), and a tokenizer for the model when one is at hand."""
+`return_token_ids` and `return_tokens_as_token_ids` (a probe each), and a tokenizer for the
+model when one is at hand."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from engine_sidecar.backends.common.tokenizer import HfTokenizer
 from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
 from engine_sidecar.backends.openai.config import OpenAIConfig
+from engine_sidecar.backends.openai.logprobs import token_id
 from engine_sidecar.backends.tiny_model import TINY_MODEL_NAME, ensure_tiny_model
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,26 @@ async def takes_token_ids(client: EngineClient, model: str) -> bool:
     choices = answer.get("choices") if isinstance(answer, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else {}
     return isinstance(first, dict) and isinstance(first.get("token_ids"), list)
+
+
+async def takes_logprob_ids(client: EngineClient, model: str) -> bool:
+    """One tiny greedy completion with logprobs as token ids: do they come back so?"""
+    body: dict[str, Any] = {"model": model, "prompt": "Hi", "max_tokens": 1, "temperature": 0.0}
+    body.update(logprobs=1, return_tokens_as_token_ids=True)
+    try:
+        answer = await client.post("/v1/completions", body)
+    except ServerRefused as e:
+        log.info("the engine server refuses logprobs as token ids (%s): none", e.message)
+        return False
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+        raise RuntimeError(f"the engine server failed a probe completion: {e}") from e
+    try:
+        lp = answer["choices"][0]["logprobs"]
+        token_id(lp["tokens"][0])
+        return all(token_id(t) >= 0 for t in lp["top_logprobs"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        log.info("the engine server's logprobs are not token ids: none")
+        return False
 
 
 def tokenizer_source(config: OpenAIConfig, root: str | None) -> str | None:

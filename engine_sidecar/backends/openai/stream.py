@@ -6,12 +6,17 @@ generated ones, with max_tokens reduced by their number. On vLLM that continues 
 its text is the sidecar's own, made from the token ids (vLLM's would repeat or lose some at a
 cut inside a character, or where stop strings held text back; see vllm/text.py). A server that
 sends no token ids resumes from text: the prompt and the text generated so far.
+
+A chat request whose answer the sidecar parses (tools, reasoning) or that asks for logprobs
+goes there as token ids too (local.py): its parsed pieces and logprobs are made here, from the
+token ids, as the vllm backend makes them, on every run alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +33,12 @@ from engine_sidecar.backends.openai.chunks import Chunk, finish_of, read_chunk
 from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
 from engine_sidecar.backends.openai.errors import status_code
 from engine_sidecar.backends.openai.job import Job
+from engine_sidecar.backends.openai.local import Local, structured_outputs
+from engine_sidecar.backends.openai.logprobs import Position, to_logprobs
 from engine_sidecar.backends.openai.tokens import prompt_ids
 from engine_sidecar.backends.vllm.text import OwnText, own_text
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +50,8 @@ class Server:
     token_ids: bool  # it takes vLLM's return_token_ids
     priority: bool
     tokenizer: HfTokenizer | None
+    local: Local | None = None  # vLLM here, in front of a server that takes token ids
+    logprobs: bool = False  # it gives logprobs as token ids
 
 
 class RequestStream:
@@ -59,12 +70,16 @@ class RequestStream:
         self.generated = 0  # tokens this run produced (the server's count)
         self._text: OwnText | None = None
         self._held: Chunk | None = None  # the chunk with the finish reason, until usage comes
+        self._lp_texts: Any = None  # the logprobs' token decoder (vllm/logprobs.py TokenTexts)
         self.on_tokens: Callable[[int], None] = lambda n: None
 
     async def run(self) -> None:
         usage = self.usage
         try:
             path, body = await self._body()
+            if self._job.max_tokens == 0:  # resumed with all its tokens already
+                self._emit(self._delta([], "", Finish.LENGTH))
+                return
             events = self._server.client.stream(path, body)
             async with contextlib.aclosing(events):
                 async for data in events:
@@ -89,20 +104,32 @@ class RequestStream:
             self._emit(usage.error(ErrorCode.UNAVAILABLE, message))
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             self._emit(usage.error(ErrorCode.INTERNAL, f"the engine server sent garbage: {e}"))
+        except Exception as e:  # (vLLM's parser of the answer, say): this request ends
+            log.exception("request %d failed", self._job.request.key)
+            self._emit(usage.error(ErrorCode.INTERNAL, f"{type(e).__name__}: {e}"))
 
     async def _body(self) -> tuple[str, dict[str, Any]]:
         s, job = self._server, self._job
-        r = job.request
+        r, chat = job.request, job.chat
         ids: list[int] | None = None
         if job.resumed and not s.token_ids:
             return self._text_resume()
-        if job.resumed:
+        keep_special = chat is not None and chat.request.skip_special_tokens is False
+        if job.as_ids:
             resume = list(r.resume_token_ids)
             prompt = await prompt_ids(s.client, s.model, r)
             self.usage.prompt_tokens = len(prompt)
             ids = prompt + resume
+            sampling = r.sampling
+            if keep_special:  # (the parser reads its markers' text, as in the vllm backend)
+                sampling = msgspec.structs.replace(sampling, skip_special_tokens=False)
             if s.tokenizer is not None:
-                self._text = own_text(s.tokenizer, prompt, resume, r.sampling)
+                self._text = own_text(s.tokenizer, prompt, resume, sampling)
+            if s.local is not None:
+                if chat is not None:
+                    s.local.start_parse(chat, prompt, resume, sampling.skip_special_tokens)
+                if sampling.logprobs is not None:
+                    self._lp_texts = s.local.token_texts(resume)
         return request_body(
             r,
             s.model,
@@ -111,6 +138,8 @@ class RequestStream:
             priority=s.priority,
             prompt_ids=ids,
             stop=self._text is None,
+            structured=structured_outputs(chat) if chat is not None else None,
+            keep_special_tokens=keep_special,
         )
 
     def _text_resume(self) -> tuple[str, dict[str, Any]]:
@@ -144,12 +173,14 @@ class RequestStream:
         if ids is None:
             tok = self._server.tokenizer
             ids = tok.encode(chunk.text, add_special_tokens=False) if tok and chunk.text else []
-        text = chunk.text
+        text, lps = chunk.text, chunk.logprobs
         if self._text is not None:
             ids, text, stopped = self._text.add(ids, chunk.finish_reason is not None)
+            if lps is not None:
+                lps = lps[: len(ids)]  # (those of tokens after a stop string are dropped)
             if stopped:
                 self._count(ids)
-                d = self._delta(ids, text, Finish.STOP)
+                d = self._delta(ids, text, Finish.STOP, logprobs=lps)
                 d.stop_sequence = self._text.matched
                 self._emit(d)
                 return True
@@ -160,13 +191,14 @@ class RequestStream:
                 token_ids=ids,
                 finish_reason=chunk.finish_reason,
                 stop_sequence=chunk.stop_sequence,
+                logprobs=lps,
             )
             if chunk.usage is not None:
                 self._emit(self._final(self._held, chunk.usage))
                 return True
             return False
         if ids or text:
-            self._emit(self._delta(ids, text, Finish.NONE))
+            self._emit(self._delta(ids, text, Finish.NONE, logprobs=lps))
         return False
 
     def _count(self, ids: list[int]) -> None:
@@ -181,13 +213,26 @@ class RequestStream:
             if not self._job.resumed and prompt:
                 self.usage.prompt_tokens = prompt
             completion = self._job.resumed + generated
-        d = self._delta(held.token_ids or [], held.text, finish, completion)
+        d = self._delta(held.token_ids or [], held.text, finish, completion, held.logprobs)
         d.stop_sequence = held.stop_sequence if finish is Finish.STOP else ""
         return d
 
     def _delta(
-        self, ids: list[int], text: str, finish: Finish, completion: int | None = None
+        self,
+        ids: list[int],
+        text: str,
+        finish: Finish,
+        completion: int | None = None,
+        logprobs: list[Position] | None = None,
     ) -> EngineDelta:
+        """The delta, with its logprobs and parsed pieces where the request asks for them."""
         if finish is not Finish.NONE and completion is None:
             completion = self._job.resumed + self.generated
-        return self.usage.delta(ids, text, finish, completion_tokens=completion)
+        lps = None
+        if self._lp_texts is not None:
+            lps = to_logprobs((logprobs or [])[: len(ids)], self._lp_texts.decode)
+        d = self.usage.delta(ids, text, finish, completion_tokens=completion, logprobs=lps)
+        chat = self._job.chat
+        if chat is not None:
+            d.parsed = chat.feed(text, ids, finish is not Finish.NONE)
+        return d

@@ -1,13 +1,15 @@
 """The server's /tokenize and /detokenize (vLLM's): a prompt's ids as a generation gets them
-(the server's chat template applied), and the text of ids."""
+(the server's chat template applied, with the request's tools), and the text of ids."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
 
 from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
+from engine_sidecar.backends.openai.body import message
 from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
 from engine_sidecar.backends.openai.errors import status_code
 
@@ -15,8 +17,11 @@ from engine_sidecar.backends.openai.errors import status_code
 def tokenize_body(model: str, r: EngineRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"model": r.lora or model}
     if r.messages is not None:
-        body["messages"] = [{"role": m.role, "content": m.content} for m in r.messages]
+        body["messages"] = [message(m) for m in r.messages]  # (as the chat request's)
         body["add_generation_prompt"] = True
+        t = r.generation.tools
+        if t is not None:
+            body["tools"] = json.loads(t.tools)
     else:
         body["prompt"] = r.prompt or ""
     return body

@@ -146,6 +146,8 @@ def test_config_checks() -> None:
         OpenAIConfig(model="m", base_url="127.0.0.1:8000")
     with pytest.raises(ValueError, match="command"):
         OpenAIConfig(model="m", command=[])
+    with pytest.raises(ValueError, match="tool_call_parser"):
+        OpenAIConfig(model="m", enable_auto_tool_choice=True)
     with pytest.raises(ValueError, match="openai"):
         sidecar_config.decode({"backend": "openai"})
     c = OpenAIConfig(model="m", base_url="http://h:1/")
