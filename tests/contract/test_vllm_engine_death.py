@@ -39,6 +39,7 @@ class DyingLLM:
             outputs=[SimpleNamespace(token_ids=[7], text="x", finish_reason=None, logprobs=None)],
             finished=False,
             num_cached_tokens=0,
+            prompt_logprobs=None,  # (a RequestOutput's fields this one needs)
         )
         yield out
         await self.release.wait()

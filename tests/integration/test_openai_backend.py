@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 
 from engine_sidecar.backends.openai import OpenAIConfig
+from engine_sidecar.backends.openai.body import PROMPT_FIELDS
 from engine_sidecar.backends.openai.load import parse_metrics
 from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 from engine_sidecar.config import SidecarConfig
@@ -173,7 +174,7 @@ async def test_the_sidecar_announces_what_the_server_takes(front: Front) -> None
     assert info.models[0].max_model_len == 512  # the server's own
     # The vllm backend's, less the chat template controls: logprobs and tools too (made on the
     # sidecar, with vLLM here: test_openai_backend_parsed.py).
-    assert info.capabilities == CAPABILITIES | {"tools"}
+    assert info.capabilities == (CAPABILITIES - PROMPT_FIELDS) | {"tools"}
     assert front.sidecar.backend.load().ready
 
 
