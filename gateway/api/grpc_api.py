@@ -13,6 +13,7 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from gateway.api.fanout import Fanout
+from gateway.api.grpc_chat import apply_controls, prompt_ids
 from gateway.api.grpc_streams import KIND, GrpcRelay, GrpcWriter, resume
 from gateway.api.grpc_tools import message_of, tools_of_request
 from gateway.api.openai.protocol import MAX_N, sampling_of
@@ -67,7 +68,7 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
         raise InvalidRequest("model is required", "model")
     which = m.WhichOneof("input")
     if which is None:
-        raise InvalidRequest("one of prompt or chat is required", "input")
+        raise InvalidRequest("one of prompt, chat or prompt_token_ids is required", "input")
     if which == "chat" and not m.chat.messages:
         raise InvalidRequest("chat.messages must not be empty", "chat.messages")
     if m.max_tokens < 0:
@@ -94,11 +95,13 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
         ),
         prompt=m.prompt if which == "prompt" else None,
         messages=(tuple(message_of(x) for x in m.chat.messages) if which == "chat" else None),
+        prompt_token_ids=prompt_ids(m) if which == "prompt_token_ids" else None,
         stream=True,
         priority=m.priority if m.HasField("priority") else None,
         session_id=m.session_id,
     )
     out.generation.tools = tools_of_request(m)
+    apply_controls(m, out, which == "chat")
     if m.HasField("n"):
         out.n = m.n
     return out

@@ -47,7 +47,7 @@ class GrpcRelay:
         """`index`: the choice its responses are of (n > 1)."""
         self.req = req
         self.index = index
-        self.answer = Answer(req.generation.tools)
+        self.answer = Answer(req.generation.tools, req.hide_reasoning)
         self.counted = 0
         self.prompt = 0
         self.cached = 0
