@@ -35,6 +35,7 @@ ASKED: dict[str, Any] = {
     "allowed_token_ids": (7, 8, 9),
     "logprobs": 2,
     "prompt_logprobs": 1,
+    "logprob_token_ids": (7, 8),
     "truncate_prompt_tokens": 3,
     "truncation_side": "left",
 }

@@ -84,6 +84,18 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
     "negative": ("completions", {"prompt": "Shards", "prompt_logprobs": -2}),
     "truncate_too_many": ("completions", {"prompt": "Shards", "truncate_prompt_tokens": 4096}),
     "truncate_below": ("completions", {"prompt": "Shards", "truncate_prompt_tokens": -2}),
+    "logprob_token_ids_without_logprobs": (
+        "completions",
+        {"prompt": "Shards", "logprob_token_ids": [300]},
+    ),
+    "chat_logprob_token_ids_without_logprobs": (
+        "chat/completions",
+        {"messages": MESSAGES, "logprob_token_ids": [300]},
+    ),
+    "logprob_token_ids_out_of_the_vocabulary": (
+        "completions",
+        {"prompt": "Shards", "logprobs": 1, "logprob_token_ids": [10**8]},
+    ),
     "truncation_side": (
         "completions",
         {"prompt": "Shards", "truncate_prompt_tokens": 1, "truncation_side": "middle"},

@@ -19,6 +19,8 @@ from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 # Prompt logprobs come with a whole answer only (each request here streams), and a resumed
 # request's prompt (its prompt and generated ids) must not be truncated again.
 PROMPT_FIELDS = frozenset({"prompt_logprobs", "truncate_prompt_tokens", "truncation_side"})
+# (and the logprobs of chosen tokens: not yet read from the server's answers)
+CHOSEN_LOGPROBS = frozenset({"logprob_token_ids"})
 # The optional sampling fields vLLM's OpenAI server takes (the vllm backend's CAPABILITIES),
 # less logprobs: those are announced only where the sidecar can give the link's Logprobs
 # exactly as the vllm backend does (ids, logprobs, each token as vLLM's detokenizer decodes it,
@@ -29,7 +31,7 @@ PROMPT_FIELDS = frozenset({"prompt_logprobs", "truncate_prompt_tokens", "truncat
 # token is not among the top ones; so a chat request with logprobs goes to /v1/completions as
 # token ids too (the server's /tokenize of its messages), as every resumed request does.
 # "tools" (and "reasoning") likewise, parsed on the sidecar (local.py).
-NOT_PASSED = frozenset({"logprobs"} | PROMPT_FIELDS)
+NOT_PASSED = frozenset({"logprobs"} | PROMPT_FIELDS | CHOSEN_LOGPROBS)
 VLLM_CAPABILITIES = CAPABILITIES - NOT_PASSED
 # Those of the OpenAI API itself, which any compatible server takes.
 OPENAI_CAPABILITIES = frozenset({"presence_penalty", "frequency_penalty", "logit_bias"})

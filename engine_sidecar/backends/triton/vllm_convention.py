@@ -31,6 +31,7 @@ CAPABILITIES = frozenset(OPTIONAL) - {
     "structured",
     "logprobs",
     "prompt_logprobs",
+    "logprob_token_ids",
     "truncate_prompt_tokens",
     "truncation_side",
 }

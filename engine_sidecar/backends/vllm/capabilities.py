@@ -20,6 +20,7 @@ CAPABILITIES = frozenset(
         "structured",
         "logprobs",
         "prompt_logprobs",
+        "logprob_token_ids",
         "truncate_prompt_tokens",
         "truncation_side",
         "include_stop_str_in_output",

@@ -51,7 +51,9 @@ def sampling_params(
         bad_words=list(s.bad_words) or None,
         allowed_token_ids=list(s.allowed_token_ids) if s.allowed_token_ids is not None else None,
         structured_outputs=structured_outputs(s.structured),
-        logprobs=s.logprobs,
+        # (with logprob_token_ids, those and the sampled one, not the top ones: vLLM's server)
+        logprobs=s.logprobs if not s.logprob_token_ids else None,
+        logprob_token_ids=list(s.logprob_token_ids) if s.logprob_token_ids else None,
         # (given with the first run's first output: a resumed run has given them already)
         prompt_logprobs=s.prompt_logprobs if not resumed else None,
         detokenize=detokenize,

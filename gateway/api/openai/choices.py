@@ -75,7 +75,7 @@ class Choices(fanout.Fanout):
         chat = self.kind == "chat"
         role = response_role(req.generation)
         for i in range(n):
-            fmt = formatter(chat, req.sampling.logprobs)
+            fmt = formatter(chat, req.sampling)
             logprobs = fmt(lps[i]) if fmt is not None else None
             answer = self.answers[i]
             reason = answer.finish_reason(self.tallies[i].reason, whole=True)
@@ -202,7 +202,7 @@ class ChoicesRelay:
                 choices.served_model,
                 created,
                 choices.kind,
-                formatter(chat, req.sampling.logprobs),
+                formatter(chat, req.sampling),
                 index=i,
                 role=response_role(req.generation),
             )

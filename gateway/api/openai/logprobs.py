@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardgate.v1.params import Logprobs
+from shardgate.v1.params import Logprobs, Sampling
 
 _FLOOR = -9999.0
 
@@ -90,8 +90,12 @@ class CompletionLogprobs:
         }
 
 
-def formatter(chat: bool, top: int | None) -> ChatLogprobs | CompletionLogprobs | None:
-    """The request's logprobs format (None: it asked for none)."""
+def formatter(chat: bool, s: Sampling) -> ChatLogprobs | CompletionLogprobs | None:
+    """The request's logprobs format (None: it asked for none); with logprob_token_ids, every
+    entry the engine gave (the sampled token and the ones asked for), as vLLM renders them."""
+    top = s.logprobs
     if top is None:
         return None
+    if s.logprob_token_ids:
+        top = -1
     return ChatLogprobs(top) if chat else CompletionLogprobs(top)

@@ -2,7 +2,7 @@
 
 The bodies are those of POST /v1/chat/completions and POST /v1/completions as the official
 `openai` SDK sends them. Unknown fields are ignored (like vLLM); known fields that ask for
-something the gateway does not serve yet (best_of > 1, logprob_token_ids, ...) are rejected
+something the gateway does not serve yet (best_of > 1, a suffix, ...) are rejected
 with a 400 naming the field, never answered as if they had not been asked; sampling fields
 beyond the base ones (logprobs among them) are decoded and refused later, by name, when the
 model's engine does not honour them (runtime/service.py); a body nested too deeply for the
@@ -59,10 +59,11 @@ _COMPLETION_DECODER: Final = msgspec.json.Decoder(CompletionRequest)
 # --- conversion ------------------------------------------------------------------------------
 
 
-def _check_unserved(req: CommonRequest) -> None:
-    """Fields the gateway does not serve yet, refused by name when they ask for something."""
-    if req.logprob_token_ids:
-        raise not_served("logprob_token_ids", "logprobs of chosen tokens are not served")
+def _check_logprob_ids(req: CommonRequest, logprobs: int | None) -> None:
+    if req.logprob_token_ids and logprobs is None:
+        raise InvalidRequest(
+            "when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids"
+        )
 
 
 def _prompt_logprobs(req: CommonRequest, echoed: int | None) -> int | None:
@@ -97,7 +98,6 @@ def _no_tools(req: CommonRequest, why: str) -> None:
 
 
 def _check_common(req: CommonRequest) -> None:
-    _check_unserved(req)
     if req.n is not None and not 1 <= req.n <= MAX_N:
         raise InvalidRequest(f"Invalid value for 'n': must be between 1 and {MAX_N}.", "n")
     if req.n is not None and req.n > 1 and req.temperature is not None and req.temperature < 1e-5:
@@ -226,6 +226,7 @@ def sampling_of(
         raise validation_error(err, EXPECTED) from None
     _check_common(req)
     _no_tools(req, "tool calls are served by the OpenAI chat completions API")
+    _check_logprob_ids(req, logprobs)
     if logprobs is not None and logprobs < -1:
         raise InvalidRequest(
             "Invalid value for 'logprobs': must be at least 0, or -1 (all).", "logprobs"
@@ -246,6 +247,7 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     req = decode_json(_CHAT_DECODER, body, EXPECTED_CHAT)
     _check_common(req)
     logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
+    _check_logprob_ids(req, logprobs)
     prompt_logprobs = _prompt_logprobs(req, req.top_logprobs)
     if req.include_reasoning is False:
         # (vLLM then gives no logprobs or token ids either: they would show the reasoning's
@@ -301,6 +303,7 @@ def decode_completion(
         raise InvalidRequest(
             "Invalid value for 'logprobs': must be at least 0, or -1 (all).", "logprobs"
         )
+    _check_logprob_ids(req, logprobs)
     prompt_logprobs = _prompt_logprobs(req, logprobs)
     if req.suffix:
         raise not_served("suffix", "completions take no suffix")

@@ -65,6 +65,7 @@ def sampling(
         structured=structured_of(req),
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,
+        logprob_token_ids=tuple(req.logprob_token_ids) if req.logprob_token_ids else None,
         truncate_prompt_tokens=req.truncate_prompt_tokens,
         truncation_side=req.truncation_side or "",
     )

@@ -122,7 +122,7 @@ class OpenAIServing:
         answer = Answer(req.generation.tools, req.hide_reasoning)
         echoed = echo_text(req)
         texts: list[str] = [echoed]
-        fmt = formatter(kind == "chat", req.sampling.logprobs)
+        fmt = formatter(kind == "chat", req.sampling)
         lps: list[Logprobs] = []
         prompt_lps: list[Logprobs] = []
         ids: list[int] = []
@@ -175,7 +175,7 @@ class OpenAIServing:
             headers = response_headers(gen)
             if self.streams is not None:
                 log = self.streams.open(gen.tenant, headers)
-            fmt = formatter(kind == "chat", req.sampling.logprobs)
+            fmt = formatter(kind == "chat", req.sampling)
             role = response_role(req.generation)
             created = int(time.time())
             enc = encode.ChunkEncoder(

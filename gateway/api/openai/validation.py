@@ -71,6 +71,7 @@ EXPECTED: Final[dict[str, str]] = {
     "bad_words": "must be an array of strings",
     "allowed_token_ids": "must be an array of token ids (integers of at least 0)",
     "prompt_logprobs": "must be an integer",
+    "logprob_token_ids": "must be an array of token ids (integers of at least 0)",
     "truncate_prompt_tokens": "must be an integer of at least -1",
     "truncation_side": "must be 'left' or 'right'",
 }
@@ -79,7 +80,15 @@ EXPECTED_COMPLETION: Final = {**EXPECTED, "logprobs": "must be an integer or nul
 
 # Fields whose element errors are reported against the field itself ("stop", not "stop[2]").
 _WHOLE_FIELDS: Final = frozenset(
-    {"stop", "prompt", "logit_bias", "stop_token_ids", "bad_words", "allowed_token_ids"}
+    {
+        "stop",
+        "prompt",
+        "logit_bias",
+        "stop_token_ids",
+        "bad_words",
+        "allowed_token_ids",
+        "logprob_token_ids",
+    }
 )
 
 _AT_PATH: Final = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)

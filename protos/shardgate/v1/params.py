@@ -119,6 +119,9 @@ class Sampling(msgspec.Struct, frozen=True, array_like=True, gc=False, kw_only=T
     # Logprobs of each prompt token and of this many top alternatives (-1: all; 0: the token's
     # own), given once, with the first delta (vLLM's SamplingParams.prompt_logprobs).
     prompt_logprobs: int | None = None
+    # The logprobs of these tokens (and of the sampled one, first) at each generated position,
+    # instead of the top ones: vLLM's logprob_token_ids (`logprobs` still says they are asked).
+    logprob_token_ids: tuple[int, ...] | None = None
     # Keep this many of the prompt's tokens (-1: the most the model takes, less one for the
     # output), from the `truncation_side` ("left" keeps the last ones, "right" the first; "":
     # the tokenizer's own side), as vLLM's tokenization params do.

@@ -309,18 +309,21 @@ def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> Non
     assert req == decode_completion(completion(), "rid")
 
 
-# Fields that ask for what the gateway does not serve yet: a 400 naming each, never a 200 as if
-# the field had not been sent.
-NOT_SERVED: list[tuple[str, Any]] = [
-    ("logprob_token_ids", [5]),
-]
-
-
-@pytest.mark.parametrize(("field", "value"), NOT_SERVED)
-def test_chat_refuses_what_it_does_not_serve_by_name(field: str, value: Any) -> None:
-    with pytest.raises(InvalidRequest, match=f"^{field} is not supported") as e:
-        decode_chat(chat(**{field: value}), "rid")
-    assert e.value.param == field
+def test_logprob_token_ids_need_logprobs_and_travel_with_them() -> None:
+    for decode, body, with_logprobs in (
+        (decode_chat, chat, {"logprobs": True}),
+        (decode_completion, completion, {"logprobs": 0}),
+    ):
+        with pytest.raises(InvalidRequest, match="`logprobs` must be set") as e:
+            decode(body(logprob_token_ids=[5]), "rid")
+        assert e.value.param == "logprob_token_ids"
+        s = decode(body(logprob_token_ids=[5, 9], **with_logprobs), "rid").sampling
+        assert (s.logprobs, s.logprob_token_ids) == (0, (5, 9))
+        s = decode(body(logprob_token_ids=[], **with_logprobs), "rid").sampling
+        assert s.logprob_token_ids is None
+        with pytest.raises(InvalidRequest) as e:
+            decode(body(logprob_token_ids=[-1], **with_logprobs), "rid")
+        assert e.value.param == "logprob_token_ids"
 
 
 @pytest.mark.parametrize(
@@ -420,7 +423,6 @@ def test_the_answer_role_is_the_continued_message_s_without_a_generation_prompt(
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        *NOT_SERVED,
         ("suffix", "the end"),
         ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
         ("tool_choice", "auto"),
