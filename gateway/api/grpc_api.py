@@ -13,6 +13,8 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from gateway.api.fanout import Fanout
+from gateway.api.forward import WORKER_HEADER, Forwarder
+from gateway.api.grpc_forward import forward_resume
 from gateway.api.grpc_streams import KIND, GrpcRelay, GrpcWriter, resume
 from gateway.api.grpc_tools import message_of, tools_of_request
 from gateway.api.openai.protocol import MAX_N, sampling_of
@@ -23,6 +25,7 @@ from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.streams.hub import Streams
+from gateway.streams.owner import STREAM
 from gateway.streams.producer import run_detached
 from gateway.types import (
     GatewayError,
@@ -148,6 +151,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self._service = service
         self.settings = settings
         self.streams = streams
+        # --workers N: a Resume of a sibling's stream goes to it (gateway/api/grpc_forward.py).
+        self.forwarder: Forwarder | None = None
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
@@ -245,14 +250,24 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"No stream `{request.stream_id}`.")
             return
         metadata = dict(context.invocation_metadata() or ())
+        fwd = self.forwarder
+        if fwd is not None:  # (--workers N: which worker keeps it, and which took the call)
+            await context.send_initial_metadata(((WORKER_HEADER, str(fwd.index)),))
+            owner = fwd.sibling(request.stream_id, STREAM)
+            if owner is not None:
+                auth = metadata.get("authorization")
+                async for out in forward_resume(fwd, owner, request, auth, context):
+                    yield out
+                return
         try:
             tenant = self._service.tenants.resolve(bearer_key(metadata.get("authorization")))
         except GatewayError as e:
             await context.abort(status_of(e), e.message, trailing(e))
-        async for out in resume(
+        async for kept in resume(
             self.streams, tenant.name, request, context, self.settings.keepalive_s
         ):
-            yield out
+            if kept is not None:
+                yield kept
 
     async def _choices(
         self, fan: Fanout, context: grpc.aio.ServicerContext

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import NoReturn, Protocol
 
 import grpc
 from shardgate.v1 import gateway_pb2 as pb
@@ -99,6 +100,12 @@ class GrpcRelay:
         return out
 
 
+class Aborts(Protocol):
+    """Where a Resume's status goes: the RPC's context, or a forwarded Resume's channel."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn: ...
+
+
 class GrpcWriter:
     """The stream's own caller, as its first reader: `gone` once another reader took it."""
 
@@ -115,9 +122,11 @@ async def resume(
     streams: Streams,
     tenant: str,
     request: pb.ResumeRequest,
-    context: grpc.aio.ServicerContext[pb.ResumeRequest, pb.GenerateResponse],
+    context: Aborts,
     wait_s: float,
-) -> AsyncIterator[pb.GenerateResponse]:
+) -> AsyncIterator[pb.GenerateResponse | None]:
+    """Stream `request.stream_id`'s responses after `after_seq`, then the live ones; None
+    each time `wait_s` passed with nothing new (a keep-alive, for a forwarded Resume)."""
     log = streams.store.get(request.stream_id, tenant, KIND)
     if log is None:
         await context.abort(grpc.StatusCode.NOT_FOUND, f"No stream `{request.stream_id}`.")
@@ -147,7 +156,9 @@ async def resume(
             changed = log.changed()
             events = log.since(after)
             if events == []:
-                await asyncio.wait({changed}, timeout=wait_s)
+                done, _ = await asyncio.wait({changed}, timeout=wait_s)
+                if not done:
+                    yield None
                 events = log.since(after)
     finally:
         log.detach(follower)
