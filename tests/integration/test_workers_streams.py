@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import grpc
 import openai
 import pytest
+from shardgate.v1 import engine_pb2, engine_pb2_grpc
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
@@ -28,6 +29,7 @@ SIM = "{backend: sim, sim: {model: sim-llama, profile: paced-10ms, max_model_len
 MESSAGES = [{"role": "user", "content": "tell me a long story"}]
 # A channel's connection of its own (not one shared by every channel to the same target).
 OWN_CONNECTION = (("grpc.use_local_subchannel_pool", 1),)
+GRACE_S = 5
 ATTEMPTS = 64  # connections until both workers answered (each lands on either, at random)
 
 
@@ -35,6 +37,7 @@ class Up(NamedTuple):
     host: str
     port: int
     grpc_target: str
+    sidecar: str
 
     @property
     def url(self) -> str:
@@ -47,14 +50,14 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     config: Path = tmp_path_factory.mktemp("workers") / "gw.yaml"
     config.write_text(
         f"gateway: {{http: {{port: {http}}}, grpc: {{port: {grpc_port}}}, watch_config: false, "
-        "default_max_tokens: 64, detach_grace_s: 30}\n"
+        f"default_max_tokens: 64, detach_grace_s: {GRACE_S}}}\n"
         f"sidecars:\n  - {{name: a, address: '127.0.0.1:{sidecar}', launch: {SIM}}}\n"
         "tenants:\n  - {name: alpha, keys: [sk-alpha]}\n  - {name: beta, keys: [sk-beta]}\n"
     )
     with shardgate_up("--config", str(config), "--workers", "2", "--log-level", "ERROR") as proc:
         assert proc.stdout is not None
         assert b"shardgate is up" in proc.stdout.readline()
-        u = Up("127.0.0.1", http, f"127.0.0.1:{grpc_port}")
+        u = Up("127.0.0.1", http, f"127.0.0.1:{grpc_port}", f"127.0.0.1:{sidecar}")
         until(lambda: all_serving(u.url), 20.0)
         yield u
 
@@ -154,6 +157,35 @@ def test_another_tenants_reattach_is_404_through_either_worker(up: Up) -> None:
 
     until_both(attempt("sk-alpha", 200))
     until_both(attempt("sk-beta", 404))
+
+
+def running(up: Up) -> int:
+    """Requests in the engine, as its sidecar reports them."""
+    with grpc.insecure_channel(up.sidecar) as ch:
+        reply = engine_pb2_grpc.EngineStub(ch).Info(engine_pb2.InfoRequest(), timeout=5)
+        return int(reply.load.running + reply.load.waiting)
+
+
+def test_a_client_that_leaves_a_forwarded_stream_leaves_it_at_the_owner(up: Up) -> None:
+    until(lambda: running(up) == 0, 30.0, "an idle engine")
+    conn, resp = request(up, "POST", "/v1/chat/completions", body=chat(3000))
+    sid = resp.headers["x-shardgate-stream-id"]
+    owner = owner_of(sid, STREAM)
+    events = read_events(resp, 3)
+    conn.close()
+    for _ in range(ATTEMPTS):  # reattached until through the other worker, then dropped
+        c, r = request(up, "GET", f"/v1/streams/{sid}", **{"Last-Event-ID": events[-1][0]})
+        assert r.status == 200
+        events.extend(read_events(r, 3))
+        c.close()
+        if worker_of(r) != owner:
+            break
+    else:
+        raise AssertionError("the other worker was never reached")
+    assert running(up) == 1  # it runs on, detached, for the grace ...
+    # ... and nobody reads it at the owner any more: its grace passes, and it is aborted
+    # (30 s before its own end).
+    until(lambda: running(up) == 0, GRACE_S + 10.0, "the abandoned request aborted")
 
 
 def sdk(up: Up) -> openai.OpenAI:
