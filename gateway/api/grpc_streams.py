@@ -100,6 +100,47 @@ class GrpcRelay:
         return out
 
 
+class GrpcChoices:
+    """n > 1: every choice's responses (each with its `index`), in the order they come, kept
+    in one log (see the detached producer's Encoder; its items: a choice's index and batch)."""
+
+    __slots__ = ("ended", "out", "relays")
+
+    def __init__(self, req: GenerationRequest, n: int) -> None:
+        self.out: list[pb.GenerateResponse] = []
+        self.relays = [GrpcRelay(req, i) for i in range(n)]
+        for r in self.relays:
+            r.out = self.out  # (one list: the responses in the order they were made)
+        self.ended = False
+
+    def keep(self, log: StreamLog) -> None:
+        for r in self.relays:
+            r.log = log
+
+    @property
+    def prompt(self) -> int:
+        return self.relays[0].prompt
+
+    @property
+    def counted(self) -> int:
+        return sum(r.counted for r in self.relays)
+
+    def add(self, item: tuple[int, list[Delta]]) -> None:
+        index, batch = item
+        self.relays[index].add(batch)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def error(self, e: GatewayError) -> None:
+        self.ended = True  # (a status: a reader learns it from the log's end)
+
+    def take(self) -> list[pb.GenerateResponse]:
+        out = list(self.out)
+        self.out.clear()
+        return out
+
+
 class Aborts(Protocol):
     """Where a Resume's status goes: the RPC's context, or a forwarded Resume's channel."""
 
