@@ -144,13 +144,14 @@ class HttpApi:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         if self.resume is not None:
-            app.router.add_get("/v1/streams/{stream_id}", self._owned(self.resume.handle))
+            reattach = self._owned("stream_id", STREAM, self.resume.handle)
+            app.router.add_get("/v1/streams/{stream_id}", reattach)
         app.router.add_post("/v1/messages", self.messages)
         app.router.add_post("/v1/responses", self.create_response)
-        app.router.add_get("/v1/responses/{response_id}", self._owned(self.responses.retrieve))
-        app.router.add_post(
-            "/v1/responses/{response_id}/cancel", self._owned(self.responses.cancel)
-        )
+        retrieve = self._owned("response_id", RESPONSE, self.responses.retrieve)
+        cancel = self._owned("response_id", RESPONSE, self.responses.cancel)
+        app.router.add_get("/v1/responses/{response_id}", retrieve)
+        app.router.add_post("/v1/responses/{response_id}/cancel", cancel)
         if self.forwarder is not None:
             app.on_response_prepare.append(self._worker_header)
         app.router.add_post("/v1/messages/count_tokens", self.counting.count_tokens)
@@ -168,21 +169,15 @@ class HttpApi:
         return app
 
     # -- --workers N: what a sibling keeps is answered by it -------------------------------
-    def _owned(self, local: Handler) -> Handler:
+    def _owned(self, param: str, prefix: str, local: Handler) -> Handler:
         """`local`, or (under --workers N) the owner's answer when the stream or response
-        named in the path is a sibling's (gateway/api/forward.py)."""
+        that the path's `param` names (an id of `prefix`) is a sibling's (api/forward.py)."""
         fwd = self.forwarder
         if fwd is None:
             return local
 
         async def handler(request: web.Request) -> web.StreamResponse:
-            info = request.match_info
-            sid = info.get("stream_id")
-            owner = (
-                fwd.sibling(sid, STREAM)
-                if sid is not None
-                else fwd.sibling(info.get("response_id", ""), RESPONSE)
-            )
+            owner = fwd.sibling(request.match_info[param], prefix)
             if owner is None:
                 return await local(request)
             return await fwd.relay(request, owner, request[REQUEST_ID])
