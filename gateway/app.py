@@ -16,6 +16,8 @@ from shardgate.v1 import gateway_pb2_grpc
 
 from gateway import collector
 from gateway.api import grpc_api
+from gateway.api.forward import Forwarder
+from gateway.api.grpc_forward import ResumeOwner
 from gateway.api.http import HttpApi
 from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
 from gateway.config.discovery import DiscoverySettings
@@ -41,6 +43,7 @@ from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
 from gateway.shared_limits.admission import SharedAdmission
+from gateway.streams import owner
 from gateway.streams.hub import Streams
 from gateway.tls import TlsFiles
 from gateway.upstream import credentials
@@ -188,20 +191,14 @@ class Gateway:
                 on_failure=self.metrics.reload_failed,
                 validate=self.validate,
             )
-        self.streams = Streams(s, StreamMetrics(self.metrics.registry))
+        tag = owner.tag(None if seat is None else seat.index)
+        self.streams = Streams(s, StreamMetrics(self.metrics.registry), tag)
         self.http_api = HttpApi(self.fleet, self.service, self.metrics, s, self, self.streams)
-        self.siblings: Siblings | None = None
-        if seat is not None:
-            sockets = {i: seat.socket(i) for i in seat.siblings()}
-            self.siblings = Siblings(
-                seat.socket(seat.index),
-                sockets,
-                self.http_api.own_metrics,
-                self.metrics.sibling_unanswered,
-            )
-            if self.reloader is not None:
-                self.reloader.fan_out = seat.reload_all
         self.grpc_servicer = grpc_api.GatewayServicer(self.fleet, self.service, s, self.streams)
+        self.siblings: Siblings | None = None
+        self.forwarder: Forwarder | None = None
+        if seat is not None:
+            self._seat(seat)
         self._http_port = s.http.port if http_port is None else http_port
         self._grpc_port = s.grpc.port if grpc_port is None else grpc_port
         self._runner: EdgeRunner | None = None
@@ -209,6 +206,27 @@ class Gateway:
         self._health = health.aio.HealthServicer()
         self.http_port = 0
         self.grpc_port = 0
+
+    def _seat(self, seat: Seat) -> None:
+        """One of `--workers N`: its siblings' metrics, reloads of all, and what a sibling
+        keeps (a stream, a response) reached through it."""
+        sockets = {i: seat.socket(i) for i in seat.siblings()}
+        self.forwarder = Forwarder(
+            owner.Owners(seat.index, seat.of), sockets, lambda: self.config.gateway.keepalive_s
+        )
+        self.http_api.forwarder = self.grpc_servicer.forwarder = self.forwarder
+        resumes = ResumeOwner(
+            self.streams, lambda: self.service.tenants, lambda: self.config.gateway.keepalive_s
+        )
+        self.siblings = Siblings(
+            seat.socket(seat.index),
+            sockets,
+            self.http_api.own_metrics,
+            self.metrics.sibling_unanswered,
+            app=self.http_api.sibling_app(resumes.handle),
+        )
+        if self.reloader is not None:
+            self.reloader.fan_out = seat.reload_all
 
     def _admitter(self, config: Config) -> Admitter:
         if config.redis is None:
@@ -364,6 +382,8 @@ class Gateway:
         await self.streams.detached.close()  # streams whose clients left: their requests end
         if self.siblings is not None:
             await self.siblings.stop()
+        if self.forwarder is not None:
+            await self.forwarder.close()
         await self.scheduler.close()
         await self.fleet.close()
         await self.service.admission.close()

@@ -13,8 +13,10 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from gateway.api.fanout import Fanout
+from gateway.api.forward import WORKER_HEADER, Forwarder
 from gateway.api.grpc_chat import apply_controls, prompt_ids
-from gateway.api.grpc_streams import KIND, GrpcRelay, GrpcWriter, resume
+from gateway.api.grpc_forward import forward_resume
+from gateway.api.grpc_streams import KIND, GrpcChoices, GrpcRelay, GrpcWriter, resume
 from gateway.api.grpc_tools import message_of, tools_of_request
 from gateway.api.openai.protocol import MAX_N, sampling_of
 from gateway.config.schema import GatewaySettings
@@ -24,7 +26,9 @@ from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.streams.hub import Streams
-from gateway.streams.producer import run_detached
+from gateway.streams.owner import STREAM
+from gateway.streams.producer import produce, run_detached
+from gateway.streams.store import StreamLog
 from gateway.types import (
     GatewayError,
     GenerationRequest,
@@ -151,6 +155,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self._service = service
         self.settings = settings
         self.streams = streams
+        # --workers N: a Resume of a sibling's stream goes to it (gateway/api/grpc_forward.py).
+        self.forwarder: Forwarder | None = None
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
@@ -248,40 +254,84 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"No stream `{request.stream_id}`.")
             return
         metadata = dict(context.invocation_metadata() or ())
+        fwd = self.forwarder
+        if fwd is not None:  # (--workers N: which worker keeps it, and which took the call)
+            await context.send_initial_metadata(((WORKER_HEADER, str(fwd.index)),))
+            owner = fwd.sibling(request.stream_id, STREAM)
+            if owner is not None:
+                auth = metadata.get("authorization")
+                async for out in forward_resume(fwd, owner, request, auth, context):
+                    yield out
+                return
         try:
             tenant = self._service.tenants.resolve(bearer_key(metadata.get("authorization")))
         except GatewayError as e:
             await context.abort(status_of(e), e.message, trailing(e))
-        async for out in resume(
+        async for kept in resume(
             self.streams, tenant.name, request, context, self.settings.keepalive_s
         ):
-            yield out
+            if kept is not None:
+                yield kept
 
     async def _choices(
         self, fan: Fanout, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
         """n > 1: each choice's responses carry its `index`; its last one, its finish reason and
         usage (the prompt counted in each: the total is the prompt once and every choice's).
-        Such a stream is not kept for Resume."""
+        Kept for Resume as a single stream is, and detached from a caller that leaves as it is:
+        the choices run on for `detach_grace_s`."""
         req = fan.req
-        relays = [GrpcRelay(fan.jobs[0].request, i) for i in range(req.n)]
+        enc = GrpcChoices(fan.jobs[0].request, req.n)
+        writer = GrpcWriter()
+        log: StreamLog | None = None
+        handed = False
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         try:
             fan.arm(deadline, self.settings.first_token_timeout_s)
-            await context.send_initial_metadata(
-                (("x-request-id", req.request_id), *fan.jobs[0].headers)
-            )
+            initial = [("x-request-id", req.request_id), *fan.jobs[0].headers]
+            if self.streams is not None:
+                kept: dict[str, str] = {}
+                log = self.streams.open(fan.jobs[0].tenant, kept, KIND)
+                initial.extend(kept.items())
+                if log is not None:
+                    enc.keep(log)
+                    log.attach(writer)
+            await context.send_initial_metadata(tuple(initial))
             while fan.left:
-                index, batch = await fan.next()
-                relay = relays[index]
-                relay.add(batch)
-                for out in relay.take():
+                enc.add(await fan.next())
+                for out in enc.take():
                     yield out
+                if writer.gone:  # another reader took the stream: it goes on for that one
+                    handed = self._detach_choices(fan, enc, log, writer)
+                    await context.abort(grpc.StatusCode.ABORTED, "Another reader took the stream.")
+            enc.end()
         except GatewayError as e:
-            prompt = relays[0].prompt
-            counted = sum(r.counted for r in relays)
+            enc.ended = True
             await context.abort(
-                status_of(e), e.message, (*trailing(e), *usage_trailer(prompt, counted))
+                status_of(e), e.message, (*trailing(e), *usage_trailer(enc.prompt, enc.counted))
             )
+        except (asyncio.CancelledError, GeneratorExit):
+            handed = handed or self._detach_choices(fan, enc, log, writer)
+            raise
         finally:
-            await fan.close()
+            if not handed:
+                if log is not None:
+                    log.detach(writer)
+                    log.finish()
+                await fan.close()
+
+    def _detach_choices(
+        self, fan: Fanout, enc: GrpcChoices, log: StreamLog | None, writer: GrpcWriter
+    ) -> bool:
+        """n > 1: as `_detach` (gateway/streams/producer.py `produce` takes the Fanout)."""
+        if log is None or self.streams is None or enc.ended:
+            return False
+        if any(job.timed_out for job in fan.jobs):
+            return False
+        log.detach(writer)
+        grace = self.settings.detach_grace_s
+        if grace <= 0 and log.reader is None:
+            return False
+        fan.detach()
+        self.streams.detached.adopt(produce(fan, enc, log, grace), f"detached-{fan.req.request_id}")
+        return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import NoReturn, Protocol
 
 import grpc
 from shardgate.v1 import gateway_pb2 as pb
@@ -99,6 +100,53 @@ class GrpcRelay:
         return out
 
 
+class GrpcChoices:
+    """n > 1: every choice's responses (each with its `index`), in the order they come, kept
+    in one log (see the detached producer's Encoder; its items: a choice's index and batch)."""
+
+    __slots__ = ("ended", "out", "relays")
+
+    def __init__(self, req: GenerationRequest, n: int) -> None:
+        self.out: list[pb.GenerateResponse] = []
+        self.relays = [GrpcRelay(req, i) for i in range(n)]
+        for r in self.relays:
+            r.out = self.out  # (one list: the responses in the order they were made)
+        self.ended = False
+
+    def keep(self, log: StreamLog) -> None:
+        for r in self.relays:
+            r.log = log
+
+    @property
+    def prompt(self) -> int:
+        return self.relays[0].prompt
+
+    @property
+    def counted(self) -> int:
+        return sum(r.counted for r in self.relays)
+
+    def add(self, item: tuple[int, list[Delta]]) -> None:
+        index, batch = item
+        self.relays[index].add(batch)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def error(self, e: GatewayError) -> None:
+        self.ended = True  # (a status: a reader learns it from the log's end)
+
+    def take(self) -> list[pb.GenerateResponse]:
+        out = list(self.out)
+        self.out.clear()
+        return out
+
+
+class Aborts(Protocol):
+    """Where a Resume's status goes: the RPC's context, or a forwarded Resume's channel."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn: ...
+
+
 class GrpcWriter:
     """The stream's own caller, as its first reader: `gone` once another reader took it."""
 
@@ -115,9 +163,11 @@ async def resume(
     streams: Streams,
     tenant: str,
     request: pb.ResumeRequest,
-    context: grpc.aio.ServicerContext[pb.ResumeRequest, pb.GenerateResponse],
+    context: Aborts,
     wait_s: float,
-) -> AsyncIterator[pb.GenerateResponse]:
+) -> AsyncIterator[pb.GenerateResponse | None]:
+    """Stream `request.stream_id`'s responses after `after_seq`, then the live ones; None
+    each time `wait_s` passed with nothing new (a keep-alive, for a forwarded Resume)."""
     log = streams.store.get(request.stream_id, tenant, KIND)
     if log is None:
         await context.abort(grpc.StatusCode.NOT_FOUND, f"No stream `{request.stream_id}`.")
@@ -147,7 +197,9 @@ async def resume(
             changed = log.changed()
             events = log.since(after)
             if events == []:
-                await asyncio.wait({changed}, timeout=wait_s)
+                done, _ = await asyncio.wait({changed}, timeout=wait_s)
+                if not done:
+                    yield None
                 events = log.since(after)
     finally:
         log.detach(follower)

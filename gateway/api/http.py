@@ -17,6 +17,8 @@ from gateway.api.admin_loras import LoraAdmin
 from gateway.api.anthropic.count_tokens import CountTokens
 from gateway.api.anthropic.serving import AnthropicServing
 from gateway.api.error_shapes import ErrorShape, error_shape
+from gateway.api.forward import WORKER_HEADER, Forwarder
+from gateway.api.grpc_forward import PATH as GRPC_RESUME_PATH
 from gateway.api.http_errors import ClosingError
 from gateway.api.openai import encode, protocol
 from gateway.api.openai.resume import Resume
@@ -30,6 +32,7 @@ from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.service import Service
 from gateway.streams.hub import Streams
+from gateway.streams.owner import RESPONSE, STREAM
 from gateway.types import Forbidden, GatewayError, ModelNotFound, PayloadTooLarge, Unauthorized
 
 if TYPE_CHECKING:
@@ -131,6 +134,8 @@ class HttpApi:
         self.loras = LoraAdmin(fleet, lambda: self.settings, self._admin_caller)
         self.responses = ResponsesServing(service, settings, streams)
         self._started = int(time.time())
+        # --workers N: what a sibling keeps goes to it (set before app() is built).
+        self.forwarder: Forwarder | None = None
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -139,11 +144,16 @@ class HttpApi:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         if self.resume is not None:
-            app.router.add_get("/v1/streams/{stream_id}", self.resume.handle)
+            reattach = self._owned("stream_id", STREAM, self.resume.handle)
+            app.router.add_get("/v1/streams/{stream_id}", reattach)
         app.router.add_post("/v1/messages", self.messages)
         app.router.add_post("/v1/responses", self.create_response)
-        app.router.add_get("/v1/responses/{response_id}", self.responses.retrieve)
-        app.router.add_post("/v1/responses/{response_id}/cancel", self.responses.cancel)
+        retrieve = self._owned("response_id", RESPONSE, self.responses.retrieve)
+        cancel = self._owned("response_id", RESPONSE, self.responses.cancel)
+        app.router.add_get("/v1/responses/{response_id}", retrieve)
+        app.router.add_post("/v1/responses/{response_id}/cancel", cancel)
+        if self.forwarder is not None:
+            app.on_response_prepare.append(self._worker_header)
         app.router.add_post("/v1/messages/count_tokens", self.counting.count_tokens)
         app.router.add_post("/tokenize", self.tokenizing.tokenize)
         app.router.add_post("/detokenize", self.tokenizing.detokenize)
@@ -156,6 +166,39 @@ class HttpApi:
         app.router.add_get("/admin/config", self.admin_config)
         app.router.add_post("/v1/load_lora_adapter", self.loras.load)
         app.router.add_post("/v1/unload_lora_adapter", self.loras.unload)
+        return app
+
+    # -- --workers N: what a sibling keeps is answered by it -------------------------------
+    def _owned(self, param: str, prefix: str, local: Handler) -> Handler:
+        """`local`, or (under --workers N) the owner's answer when the stream or response
+        that the path's `param` names (an id of `prefix`) is a sibling's (api/forward.py)."""
+        fwd = self.forwarder
+        if fwd is None:
+            return local
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            owner = fwd.sibling(request.match_info[param], prefix)
+            if owner is None:
+                return await local(request)
+            return await fwd.relay(request, owner, request[REQUEST_ID])
+
+        return handler
+
+    async def _worker_header(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Which worker took the connection (under --workers N)."""
+        if self.forwarder is not None:
+            response.headers[WORKER_HEADER] = str(self.forwarder.index)
+
+    def sibling_app(self, grpc_resume: Handler) -> web.Application:
+        """What this worker answers its siblings on its Unix socket (under --workers N): the
+        reattaches, retrieves and cancels of what it keeps, and gRPC Resumes of its streams
+        (`grpc_resume`), each checked and answered here as a client's would be."""
+        app = web.Application(middlewares=[openai_errors])
+        if self.resume is not None:
+            app.router.add_get("/v1/streams/{stream_id}", self.resume.handle)
+        app.router.add_get("/v1/responses/{response_id}", self.responses.retrieve)
+        app.router.add_post("/v1/responses/{response_id}/cancel", self.responses.cancel)
+        app.router.add_get(GRPC_RESUME_PATH, grpc_resume)
         return app
 
     def _check_length(self, request: web.Request) -> None:

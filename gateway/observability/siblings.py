@@ -37,7 +37,10 @@ class Siblings:
         own: Callable[[], bytes],
         on_unanswered: Callable[[], None],
         timeout_s: float = SCRAPE_TIMEOUT_S,
+        app: web.Application | None = None,
     ) -> None:
+        """`app`: what else this worker answers its siblings on its socket (/metrics added)."""
+        self._app = app
         self._path = path
         self._sockets = dict(sockets)
         self._own = own
@@ -48,9 +51,12 @@ class Siblings:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application() if self._app is None else self._app
         app.router.add_get("/metrics", self._serve)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # (A sibling that leaves a forwarded stream cancels its handler here.)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=True
+        )
         await self._runner.setup()
         self._path.unlink(missing_ok=True)  # a socket left by a worker that was killed
         await web.UnixSite(self._runner, str(self._path)).start()

@@ -15,8 +15,12 @@ NO_RESUME_HEADER = "x-shardgate-stream-resume"
 
 
 class Streams:
-    def __init__(self, settings: GatewaySettings, metrics: StreamMetrics | None = None) -> None:
+    def __init__(
+        self, settings: GatewaySettings, metrics: StreamMetrics | None = None, tag: str = ""
+    ) -> None:
+        """`tag`: the worker's, in the ids of its streams and responses (streams/owner.py)."""
         s = settings.streams
+        self.tag = tag
         self.enabled = s.enabled
         self.grace_s = settings.detach_grace_s
         self.store = StreamStore(
@@ -24,6 +28,7 @@ class Streams:
             s.max_stream_events,
             s.max_stream_bytes,
             metrics,
+            tag=tag,
         )
         self.metrics = metrics
         if metrics is not None:

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from gateway.streams.owner import STREAM
 from gateway.streams.policy import Held, Limits, plan
 
 # What an event costs beyond its bytes (the bytes object's header, its slot in the deque):
@@ -176,8 +177,11 @@ class StreamStore:
         max_stream_bytes: int,
         counters: StoreCounters | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tag: str = "",
     ) -> None:
+        """`tag`: the worker's, in every stream id (gateway/streams/owner.py)."""
         self.limits = limits
+        self.prefix = STREAM + tag
         self.max_stream_events = max_stream_events
         self.max_stream_bytes = max_stream_bytes
         self.max_bytes = limits.max_bytes
@@ -219,7 +223,7 @@ class StreamStore:
             if self.counters is not None:
                 self.counters.refused()
             return None
-        sid = "st_" + secrets.token_urlsafe(12)
+        sid = self.prefix + secrets.token_urlsafe(12)
         log = self.logs[sid] = StreamLog(self, sid, tenant, kind, now)
         return log
 

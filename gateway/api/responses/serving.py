@@ -31,6 +31,7 @@ from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.streams.hub import Streams
+from gateway.streams.owner import RESPONSE
 from gateway.streams.store import StreamLog
 from gateway.tasks import stop, stop_all
 from gateway.types import GatewayError, InvalidRequest, Message, ModelNotFound, Unavailable
@@ -101,7 +102,7 @@ class ResponsesServing:
             req.priority = parse_priority(asked)
         req.session_id = request.headers.get("x-session-id", "")[:128]
         gen = await self._service.submit(req, bearer_key(request.headers.get("Authorization")))
-        state = _state_of(decoded, req.served_model)
+        state = _state_of(decoded, req.served_model, self.streams.tag)
         entry = Entry(state, prior + decoded.messages)
         if decoded.background:
             return await self._background(request, gen, entry, tenant, decoded.stream)
@@ -288,10 +289,10 @@ class ResponsesServing:
         return web.Response(body=encode_response(entry.state), content_type=_JSON)
 
 
-def _state_of(decoded: Decoded, model: str) -> ResponseState:
+def _state_of(decoded: Decoded, model: str, tag: str) -> ResponseState:
     b = decoded.body
     return ResponseState(
-        "resp_" + new_request_id(),
+        RESPONSE + tag + new_request_id(),
         model,
         background=decoded.background,
         store=decoded.store,
