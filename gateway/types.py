@@ -26,6 +26,7 @@ class GenerationRequest(GenerationView):
         "batch",
         "continuous_usage",
         "echo",
+        "echo_prompt",
         "generation",
         "hide_reasoning",
         "include_usage",
@@ -68,6 +69,7 @@ class GenerationRequest(GenerationView):
         self.return_token_ids = False  # the answer carries the prompt's and choices' token ids
         self.continuous_usage = False  # every chunk of the stream carries the usage so far
         self.hide_reasoning = False  # chat's include_reasoning false: the answer has none
+        self.echo_prompt = ""  # echo of a prompt of token ids: their text (asked of a replica)
         # A batch of prompts (completions): each a text or token ids; n choices each, choice
         # p * n + i of prompt p. Empty: the one prompt of the generation.
         self.batch: tuple[str | tuple[int, ...], ...] = ()
@@ -86,6 +88,7 @@ class GenerationRequest(GenerationView):
             self.continuous_usage,
             self.batch,
             self.hide_reasoning,
+            self.echo_prompt,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -120,7 +123,7 @@ class GenerationRequest(GenerationView):
         out.stream, out.include_usage, out.echo = self.stream, self.include_usage, self.echo
         out.session_id, out._priority, out.n = self.session_id, self._priority, 1
         out.return_token_ids, out.continuous_usage = self.return_token_ids, self.continuous_usage
-        out.hide_reasoning = self.hide_reasoning
+        out.hide_reasoning, out.echo_prompt = self.hide_reasoning, self.echo_prompt
         return out
 
     @property

@@ -242,6 +242,8 @@ COMPLETION_CASES: dict[str, dict[str, Any]] = {
     },
     "echo": {"echo": True},
     "echo_logprobs": {"echo": True, "logprobs": 2},
+    "echo_ids": {"prompt": [1, 300, 301, 302], "echo": True},
+    "echo_ids_logprobs": {"prompt": [1, 300, 301], "echo": True, "logprobs": 1},
     "echo_logprobs_0": {"echo": True, "logprobs": 0},
     "truncate": {
         "prompt": "Shards of glass cut the hand",

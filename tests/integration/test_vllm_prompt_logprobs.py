@@ -96,6 +96,7 @@ REFUSED: dict[str, tuple[str, dict[str, Any]]] = {
         "completions",
         {"prompt": "Shards", "logprobs": 1, "logprob_token_ids": [10**8]},
     ),
+    "suffix": ("completions", {"prompt": "Shards", "suffix": "of glass"}),
     "truncation_side": (
         "completions",
         {"prompt": "Shards", "truncate_prompt_tokens": 1, "truncation_side": "middle"},
@@ -148,3 +149,16 @@ async def test_the_grpc_api_gives_the_same_prompt_logprobs_and_truncation(
     _close(got, want, "grpc")
     assert not any(x.prompt_logprobs for x in responses[1:])
     assert responses[-1].usage.prompt_tokens == r.json()["usage"]["prompt_tokens"] == 4
+
+
+@pytest.mark.parametrize("tokens", [[300, 301, 302], [1, 300, 301, 2]], ids=["text", "special"])
+async def test_detokenize_answers_as_vllm_serve(
+    gateway_url: str, vllm_server: str, tokens: list[int]
+) -> None:
+    answers = []
+    async with httpx.AsyncClient(timeout=60.0) as http:
+        for base in (gateway_url.removesuffix("/v1"), vllm_server):
+            r = await http.post(base + "/detokenize", json={"model": MODEL, "tokens": tokens})
+            assert r.status_code == 200, r.text
+            answers.append(r.json())
+    assert answers[0] == answers[1]

@@ -228,7 +228,8 @@ class VllmBackend:
         return tokenize(r, self._limits, self._tokenizer(), template_tools(r.generation))
 
     def detokenize(self, model: str, ids: list[int]) -> str:
-        return detokenize(model, ids, self._limits, self._tokenizer())
+        # (special tokens kept: vLLM's /detokenize decodes as its tokenizer does by default)
+        return detokenize(model, ids, self._limits, self._tokenizer().keeping_special_tokens())
 
     def _validate(self, r: EngineRequest) -> tuple[Prepared, ChatParse | None]:
         engine = self.engine

@@ -1,6 +1,7 @@
 """vLLM's `echo` and `prompt_logprobs` in its answers.
 
-Echo: a text completion starts with its prompt; a chat answer with the conversation's last
+Echo: a text completion starts with its prompt (a prompt of token ids, with their text); a
+chat answer with the conversation's last
 message, where that message has the answer's role (an assistant's message it continues).
 
 Prompt logprobs come from the engine with the first delta, one `Logprobs` per prompt token (the
@@ -17,7 +18,9 @@ from typing import Any, Final
 import msgspec
 
 from gateway.api.openai.template import response_role
+from gateway.api.openai.tokenize import TIMEOUT_S, Tokenizing
 from gateway.types import GenerationRequest, Logprobs
+from gateway.upstream import tokens
 
 _encode: Final = msgspec.json.Encoder().encode
 _json: Final = msgspec.json.Decoder()
@@ -30,9 +33,22 @@ def echo_text(req: GenerationRequest) -> str:
         return ""
     g = req.generation
     if not g.messages:
-        return req.prompt or ""
+        return req.prompt if req.prompt is not None else req.echo_prompt
     last = g.messages[-1]
     return last.content if last.role == response_role(g) else ""
+
+
+async def fetch_prompt_text(
+    tokenizing: Tokenizing, req: GenerationRequest, api_key: str | None
+) -> None:
+    """Echo of a prompt of token ids: their text, as vLLM decodes the prompt it echoes (its
+    special tokens kept), from a replica of the model (its Detokenize call)."""
+    if not req.echo or req.prompt_token_ids is None:
+        return
+    model, _, address = tokenizing.replica(api_key, req.model)
+    ids = list(req.prompt_token_ids)
+    tls = tokenizing.settings.link.tls
+    req.echo_prompt = await tokens.detokenize(address, model, ids, TIMEOUT_S, tls)
 
 
 def render(lps: list[Logprobs]) -> list[dict[str, dict[str, Any]] | None]:

@@ -325,10 +325,8 @@ def decode_completion(
             out.generation.add_special_tokens = False
         return out
     if prompt and all(type(t) is int and 0 <= t <= INT32_MAX for t in prompt):
-        if req.echo:
-            raise not_served("echo", "a prompt of token ids is not echoed (send its text)")
         ids = tuple(prompt)
-        return _request(
+        out = _request(
             req,
             request_id,
             default_max_tokens,
@@ -336,6 +334,8 @@ def decode_completion(
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
         )
+        out.echo = bool(req.echo) and not req.return_token_ids  # (their text: echo.py)
+        return out
     if prompt and all(isinstance(p, (str, list)) for p in prompt):
         if prompt_logprobs is not None:
             why = _why_prompt_logprobs(req)

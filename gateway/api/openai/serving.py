@@ -86,6 +86,7 @@ class OpenAIServing:
         prompts = None  # each prompt's token ids, when the answer carries them
         if req.return_token_ids:
             prompts = await prompts_token_ids(self._tokenizing, req, key)
+        await echo.fetch_prompt_text(self._tokenizing, req, key)
         if req.choices > 1:
             choices = Choices(self._service, req, kind, self.streams, prompts)
             try:

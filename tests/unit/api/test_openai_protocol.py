@@ -496,12 +496,14 @@ def test_bad_structured_outputs_are_refused_by_name(fields: dict[str, Any], para
     assert e.value.param == param
 
 
-def test_completions_echo_their_text_prompt_only() -> None:
+def test_completions_echo_their_prompt() -> None:
     assert decode_completion(completion(prompt="Say", echo=True), "rid").echo
     assert not decode_completion(completion(prompt="Say"), "rid").echo
-    with pytest.raises(InvalidRequest, match=r"^echo is not supported") as e:
-        decode_completion(completion(prompt=[1, 2], echo=True), "rid")
-    assert e.value.param == "echo"
+    assert decode_completion(completion(prompt=[1, 2], echo=True), "rid").echo  # (their text)
+    # with token ids returned, as in vLLM, the ids take the text's place
+    assert not decode_completion(
+        completion(prompt=[1, 2], echo=True, return_token_ids=True), "rid"
+    ).echo
 
 
 def test_a_completion_prompt_of_token_ids_goes_to_the_engine_as_ids() -> None:
