@@ -25,7 +25,11 @@ from engine_sidecar.backend import (
 )
 from engine_sidecar.backends.common.batcher import StepBatcher
 from engine_sidecar.backends.common.prompts import Limits, check_request
-from engine_sidecar.backends.openai.body import OPENAI_CAPABILITIES, VLLM_CAPABILITIES
+from engine_sidecar.backends.openai.body import (
+    OPENAI_CAPABILITIES,
+    TEMPLATE_CAPABILITIES,
+    VLLM_CAPABILITIES,
+)
 from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
 from engine_sidecar.backends.openai.config import OpenAIConfig
 from engine_sidecar.backends.openai.job import make_job
@@ -47,15 +51,22 @@ _CANCEL_GRACE_S = 5.0
 _DEFAULT_MAX_MODEL_LEN = 4096
 
 
+def _limits(c: OpenAIConfig, max_model_len: int) -> Limits:
+    """The server applies the chat template controls (and refuses a request's own template
+    unless it trusts them: `vllm serve --trust-request-chat-template`)."""
+    loras = frozenset(c.loras)
+    return Limits(
+        c.served_name, max_model_len, loras, templates=True, trust_request_chat_template=True
+    )
+
+
 class OpenAIBackend:
     def __init__(self, config: OpenAIConfig) -> None:
         self.config = config
         self._client: EngineClient | None = None
         self._monitor: Monitor | None = None
         self._server: Server | None = None
-        self._limits = Limits(
-            config.served_name, config.max_model_len or 0, frozenset(config.loras)
-        )
+        self._limits = _limits(config, config.max_model_len or 0)
         self._batcher: StepBatcher | None = None
         self._sink: DeltaSink | None = None
         self._requests: dict[int, tuple[asyncio.Task[None], RequestStream]] = {}
@@ -72,7 +83,7 @@ class OpenAIBackend:
         extra = {"engine": "openai", "url": c.url}
         token_ids = s is not None and s.token_ids
         extra["token_ids"] = "yes" if token_ids else "no"
-        caps = VLLM_CAPABILITIES if token_ids else OPENAI_CAPABILITIES
+        caps = VLLM_CAPABILITIES | TEMPLATE_CAPABILITIES if token_ids else OPENAI_CAPABILITIES
         if s is not None and s.local is not None:  # (done on the sidecar: local.py)
             caps |= {"tools"} | ({"logprobs"} if s.logprobs else set())
             caps |= {"reasoning"} if s.local.reasoning else set()
@@ -102,7 +113,7 @@ class OpenAIBackend:
                 await self.process.stop()
             raise
         max_len = c.max_model_len or model.max_model_len or _DEFAULT_MAX_MODEL_LEN
-        self._limits = Limits(c.served_name, max_len, frozenset(c.loras))
+        self._limits = _limits(c, max_len)
         self._server = Server(client, c.model, token_ids, c.priority, tokenizer, local, logprobs)
         self._monitor = monitor
         await monitor.scrape()

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from shardgate.v1.params import Message, Sampling, Structured, asked
+from shardgate.v1.params import TEMPLATE_FIELDS, Generation, Message, Sampling, Structured, asked
 
 from engine_sidecar.backend import EngineRequest
 from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
@@ -33,6 +33,9 @@ CHOSEN_LOGPROBS = frozenset({"logprob_token_ids"})
 # "tools" (and "reasoning") likewise, parsed on the sidecar (local.py).
 NOT_PASSED = frozenset({"logprobs"} | PROMPT_FIELDS | CHOSEN_LOGPROBS)
 VLLM_CAPABILITIES = CAPABILITIES - NOT_PASSED
+# The chat template controls vLLM's server takes, in its chat requests and its /tokenize (the
+# one every request that runs as token ids asks); not `documents`: its /tokenize takes none.
+TEMPLATE_CAPABILITIES = frozenset(TEMPLATE_FIELDS) - {"documents"}
 # Those of the OpenAI API itself, which any compatible server takes.
 OPENAI_CAPABILITIES = frozenset({"presence_penalty", "frequency_penalty", "logit_bias"})
 
@@ -92,6 +95,25 @@ def message(m: Message) -> dict[str, Any]:
     return out
 
 
+def template_fields(g: Generation) -> dict[str, Any]:
+    """A request's chat template controls, as vLLM's server names them (chat requests and
+    /tokenize), each only where it asks for something: add_generation_prompt always for chat."""
+    out: dict[str, Any] = {}
+    t = g.template
+    if g.messages is not None:
+        out["add_generation_prompt"] = t is None or t.add_generation_prompt
+        if t is not None:
+            if t.chat_template is not None:
+                out["chat_template"] = t.chat_template
+            if t.kwargs:
+                out["chat_template_kwargs"] = json.loads(t.kwargs)
+            if t.continue_final_message:
+                out["continue_final_message"] = True
+    if g.add_special_tokens is not None:
+        out["add_special_tokens"] = g.add_special_tokens
+    return out
+
+
 def request_body(
     r: EngineRequest,
     model: str,
@@ -114,8 +136,10 @@ def request_body(
     elif r.messages is not None:
         path = "/v1/chat/completions"
         body["messages"] = [message(m) for m in r.messages]
+        body.update(template_fields(r.generation))
     elif r.prompt is not None:
         path, body["prompt"] = "/v1/completions", r.prompt
+        body.update(template_fields(r.generation))
     else:
         path, body["prompt"] = "/v1/completions", list(r.prompt_token_ids or ())
     body.update(sampling_fields(r.sampling, max_tokens, resumed, stop=stop))

@@ -104,6 +104,10 @@ def refuse_unserved(g: Generation, local: Local | None, logprobs: bool) -> None:
         raise RequestError(
             ErrorCode.INVALID_ARGUMENT, "tools are not supported by this engine", "tools"
         )
+    if g.template is not None and g.template.documents:
+        raise RequestError(
+            ErrorCode.INVALID_ARGUMENT, "documents are not supported by this engine", "documents"
+        )
     if g.sampling.logprobs is not None and not logprobs:
         raise RequestError(
             ErrorCode.INVALID_ARGUMENT, "logprobs are not supported by this engine", "logprobs"

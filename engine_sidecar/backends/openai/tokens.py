@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from engine_sidecar.backend import EngineRequest, ErrorCode, RequestError
-from engine_sidecar.backends.openai.body import message
+from engine_sidecar.backends.openai.body import message, template_fields
 from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
 from engine_sidecar.backends.openai.errors import status_code
 
@@ -18,12 +18,12 @@ def tokenize_body(model: str, r: EngineRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"model": r.lora or model}
     if r.messages is not None:
         body["messages"] = [message(m) for m in r.messages]  # (as the chat request's)
-        body["add_generation_prompt"] = True
         t = r.generation.tools
         if t is not None:
             body["tools"] = json.loads(t.tools)
     else:
         body["prompt"] = r.prompt or ""
+    body.update(template_fields(r.generation))
     return body
 
 
