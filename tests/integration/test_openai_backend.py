@@ -12,11 +12,7 @@ import pytest
 import pytest_asyncio
 
 from engine_sidecar.backends.openai import OpenAIConfig
-from engine_sidecar.backends.openai.body import (
-    CHOSEN_LOGPROBS,
-    PROMPT_FIELDS,
-    TEMPLATE_CAPABILITIES,
-)
+from engine_sidecar.backends.openai.body import PROMPT_FIELDS, TEMPLATE_CAPABILITIES
 from engine_sidecar.backends.openai.load import parse_metrics
 from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 from engine_sidecar.config import SidecarConfig
@@ -187,8 +183,7 @@ async def test_the_sidecar_announces_what_the_server_takes(front: Front) -> None
     assert info.models[0].max_model_len == 512  # the server's own
     # The vllm backend's, less the chat template controls: logprobs and tools too (made on the
     # sidecar, with vLLM here: test_openai_backend_parsed.py).
-    taken = CAPABILITIES - PROMPT_FIELDS - CHOSEN_LOGPROBS
-    assert info.capabilities == taken | TEMPLATE_CAPABILITIES | {"tools"}
+    assert info.capabilities == (CAPABILITIES - PROMPT_FIELDS) | TEMPLATE_CAPABILITIES | {"tools"}
     assert "documents" not in info.capabilities
     assert front.sidecar.backend.load().ready
 

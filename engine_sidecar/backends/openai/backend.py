@@ -26,8 +26,10 @@ from engine_sidecar.backend import (
 from engine_sidecar.backends.common.batcher import StepBatcher
 from engine_sidecar.backends.common.prompts import Limits, check_request
 from engine_sidecar.backends.openai.body import (
+    CHOSEN_LOGPROBS,
     OPENAI_CAPABILITIES,
     TEMPLATE_CAPABILITIES,
+    TRUNCATION,
     VLLM_CAPABILITIES,
 )
 from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
@@ -84,8 +86,10 @@ class OpenAIBackend:
         token_ids = s is not None and s.token_ids
         extra["token_ids"] = "yes" if token_ids else "no"
         caps = VLLM_CAPABILITIES | TEMPLATE_CAPABILITIES if token_ids else OPENAI_CAPABILITIES
+        if token_ids and s is not None and s.tokenizer is not None:
+            caps |= TRUNCATION
         if s is not None and s.local is not None:  # (done on the sidecar: local.py)
-            caps |= {"tools"} | ({"logprobs"} if s.logprobs else set())
+            caps |= {"tools"} | ({"logprobs"} | CHOSEN_LOGPROBS if s.logprobs else set())
             caps |= {"reasoning"} if s.local.reasoning else set()
         return BackendInfo("openai", (card,), c.max_num_seqs, extra, caps)
 
@@ -114,7 +118,9 @@ class OpenAIBackend:
             raise
         max_len = c.max_model_len or model.max_model_len or _DEFAULT_MAX_MODEL_LEN
         self._limits = _limits(c, max_len)
-        self._server = Server(client, c.model, token_ids, c.priority, tokenizer, local, logprobs)
+        self._server = Server(
+            client, c.model, token_ids, c.priority, tokenizer, local, logprobs, max_len
+        )
         self._monitor = monitor
         await monitor.scrape()
         monitor.start()

@@ -16,10 +16,12 @@ from shardgate.v1.params import TEMPLATE_FIELDS, Generation, Message, Sampling, 
 from engine_sidecar.backend import EngineRequest
 from engine_sidecar.backends.vllm.capabilities import CAPABILITIES
 
-# Prompt logprobs come with a whole answer only (each request here streams), and a resumed
-# request's prompt (its prompt and generated ids) must not be truncated again.
-PROMPT_FIELDS = frozenset({"prompt_logprobs", "truncate_prompt_tokens", "truncation_side"})
-# (and the logprobs of chosen tokens: not yet read from the server's answers)
+# Prompt logprobs come with a whole answer only (each request here streams).
+PROMPT_FIELDS = frozenset({"prompt_logprobs"})
+# A prompt's truncation: the server's, or (a request that runs as token ids) the sidecar's, with
+# the model's tokenizer here (its truncation side): announced only with one.
+TRUNCATION = frozenset({"truncate_prompt_tokens", "truncation_side"})
+# The logprobs of chosen tokens come as logprobs do: announced with them.
 CHOSEN_LOGPROBS = frozenset({"logprob_token_ids"})
 # The optional sampling fields vLLM's OpenAI server takes (the vllm backend's CAPABILITIES),
 # less logprobs: those are announced only where the sidecar can give the link's Logprobs
@@ -31,7 +33,7 @@ CHOSEN_LOGPROBS = frozenset({"logprob_token_ids"})
 # token is not among the top ones; so a chat request with logprobs goes to /v1/completions as
 # token ids too (the server's /tokenize of its messages), as every resumed request does.
 # "tools" (and "reasoning") likewise, parsed on the sidecar (local.py).
-NOT_PASSED = frozenset({"logprobs"} | PROMPT_FIELDS | CHOSEN_LOGPROBS)
+NOT_PASSED = frozenset({"logprobs"} | PROMPT_FIELDS | CHOSEN_LOGPROBS | TRUNCATION)
 VLLM_CAPABILITIES = CAPABILITIES - NOT_PASSED
 # The chat template controls vLLM's server takes, in its chat requests and its /tokenize (the
 # one every request that runs as token ids asks); not `documents`: its /tokenize takes none.
@@ -143,6 +145,9 @@ def request_body(
     else:
         path, body["prompt"] = "/v1/completions", list(r.prompt_token_ids or ())
     body.update(sampling_fields(r.sampling, max_tokens, resumed, stop=stop))
+    if prompt_ids is not None:  # (ids the sidecar truncated already: tokens.py)
+        for name in TRUNCATION:
+            body.pop(name, None)
     if structured is not None:
         body["structured_outputs"] = structured
     if keep_special_tokens:

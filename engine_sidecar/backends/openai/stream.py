@@ -26,6 +26,7 @@ import msgspec
 
 from engine_sidecar.backend import EngineDelta, ErrorCode, Finish
 from engine_sidecar.backends.common.detokenizer import whole_text
+from engine_sidecar.backends.common.prompts import truncated
 from engine_sidecar.backends.common.tokenizer import HfTokenizer
 from engine_sidecar.backends.common.usage import Usage
 from engine_sidecar.backends.openai.body import request_body
@@ -52,6 +53,7 @@ class Server:
     tokenizer: HfTokenizer | None
     local: Local | None = None  # vLLM here, in front of a server that takes token ids
     logprobs: bool = False  # it gives logprobs as token ids
+    max_model_len: int = 0  # (a prompt's truncation to "as many as the model takes")
 
 
 class RequestStream:
@@ -118,6 +120,11 @@ class RequestStream:
         if job.as_ids:
             resume = list(r.resume_token_ids)
             prompt = await prompt_ids(s.client, s.model, r)
+            if r.sampling.truncate_prompt_tokens is not None and s.tokenizer is not None:
+                # (vLLM's server loads a generating model's tokenizer to truncate on the left)
+                side = r.sampling.truncation_side or "left"
+                keep = r.sampling.truncate_prompt_tokens
+                prompt = truncated(prompt, keep, side, s.max_model_len)
             self.usage.prompt_tokens = len(prompt)
             ids = prompt + resume
             sampling = r.sampling
