@@ -228,32 +228,42 @@ def test_a_second_reader_replaces_the_first(kept: Cluster) -> None:
     until(lambda: running(kept) == 0, 15.0, "the abandoned request aborted")
 
 
-def test_a_detached_request_runs_for_the_grace_then_stops(kept: Cluster) -> None:
+def abandoned(
+    kept: Cluster, body: dict[str, object], events: int, requests: int
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], float]:
+    """A stream whose client leaves after `events` events and never comes back: its engine
+    requests (`requests` of them) keep generating for the grace, then are aborted; its events
+    before the drop and after it (read back once it ended with `client_gone`), and the tokens
+    settled meanwhile."""
     until(lambda: running(kept) == 0, what="an idle engine")
-    body = {"model": "sim-llama", "messages": MESSAGES, "stream": True, **LONG}
     settled = metric(kept, "shardgate_completion_tokens_total", tenant="alpha", model="sim-llama")
     conn, resp = post_stream(kept, body)
     sid = resp.headers["x-shardgate-stream-id"]
-    head = read_events(resp, 5)
+    head = read_events(resp, events)
     conn.close()
     assert kept.gateway is not None
     log = kept.gateway.streams.store.logs[sid]
     seen = int(head[-1][0].rpartition(":")[2])
     # It keeps generating with nobody attached ...
     until(lambda: log.next_seq > seen + 50, what="events produced while detached")
-    assert running(kept) == 1
-    # ... until the grace is over: then the engine request is aborted, well before its end.
-    until(lambda: running(kept) == 0, 15.0, "the detached request aborted")
+    assert running(kept) == requests
+    # ... until the grace is over: then its engine requests are aborted, well before the end.
+    until(lambda: running(kept) == 0, 20.0, "the detached requests aborted")
     until(lambda: log.finished, what="the stream ended")
     conn2, resp2 = reattach(kept, sid, last=head[-1][0])
     tail = read_events(resp2)
     conn2.close()
-    error = json.loads(tail[-2][1])["error"]
-    assert error["type"] == "client_gone"
+    assert json.loads(tail[-2][1])["error"]["type"] == "client_gone"
     assert tail[-1][1] == "[DONE]"
-    # The tokens it generated are settled (billed) as for any client that leaves.
     now = metric(kept, "shardgate_completion_tokens_total", tenant="alpha", model="sim-llama")
-    assert now - settled >= len(head + tail) - 3  # (less the role chunk, error and [DONE])
+    return head, tail, now - settled
+
+
+def test_a_detached_request_runs_for_the_grace_then_stops(kept: Cluster) -> None:
+    body = {"model": "sim-llama", "messages": MESSAGES, "stream": True, **LONG}
+    head, tail, settled = abandoned(kept, body, 5, 1)
+    # The tokens it generated are settled (billed) as for any client that leaves.
+    assert settled >= len(head + tail) - 3  # (less the role chunk, error and [DONE])
     completed = text_of(head + tail[:-2])
     assert len(completed) > 50
     assert completed == whole_text(kept, 3000, ignore_eos=True)[: len(completed)]
