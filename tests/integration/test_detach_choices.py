@@ -232,8 +232,8 @@ def test_a_queued_stream_nobody_reattaches_leaves_the_queue_after_the_grace(
 ) -> None:
     assert queued.gateway is not None
     store = queued.gateway.streams.store
-    pool = queued.gateway.scheduler.pools["sim-llama"]
     hold = blocker(queued)
+    pool = queued.gateway.scheduler.pools["sim-llama"]  # (made by the model's first request)
     try:
         s = Stream(queued, 8)
         s.read_until(lambda s: keepalives(s) >= 2)
