@@ -20,6 +20,7 @@ class Items:
         self.hang = hang
         self.error = error
         self.handed = self.released = 0
+        self.waiting = asyncio.Event()  # set once it hangs
 
     def handover(self) -> None:
         self.handed += 1
@@ -31,6 +32,7 @@ class Items:
         if self.error is not None:
             raise self.error
         if self.hang:
+            self.waiting.set()
             await asyncio.Event().wait()
         return None
 
@@ -88,7 +90,7 @@ async def test_nobody_reattached_within_the_grace_stops_it() -> None:
 async def test_cancelled_it_still_releases_the_source() -> None:
     log, src = new_log(), Items([], hang=True)
     task = asyncio.create_task(produce(src, Enc(log), log, 60.0))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(src.waiting.wait(), 5.0)  # (it runs, waiting on its source)
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=5.0)
     assert done and task.cancelled()
