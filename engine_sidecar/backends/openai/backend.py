@@ -25,6 +25,7 @@ from engine_sidecar.backend import (
 )
 from engine_sidecar.backends.common.batcher import StepBatcher
 from engine_sidecar.backends.common.prompts import Limits, check_request
+from engine_sidecar.backends.common.running import end_all
 from engine_sidecar.backends.openai.body import (
     CHOSEN_LOGPROBS,
     OPENAI_CAPABILITIES,
@@ -140,16 +141,7 @@ class OpenAIBackend:
     async def stop(self) -> None:
         self._stopped = True
         requests, self._requests = self._requests, {}
-        for task, _ in requests.values():
-            task.cancel()
-        pending = [task for task, _ in requests.values()] + list(self._cancelled)
-        if pending:
-            await asyncio.wait(pending, timeout=_CANCEL_GRACE_S)
-        if self._batcher is not None:
-            self._batcher.flush()
-        finals = [s.usage.delta([], "", Finish.ABORT) for _, s in requests.values()]
-        if finals and self._sink is not None:
-            self._sink(finals)
+        await end_all(requests, self._cancelled, self._batcher, self._sink, _CANCEL_GRACE_S)
         if self._monitor is not None:
             await self._monitor.stop()
         client, self._client = self._client, None
