@@ -279,12 +279,12 @@ STATUSES: Counter[int] = Counter()
 
 @pytest.fixture(scope="module", params=["aiohttp", "lean"])
 def fuzzed(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Cluster]:
-    """aiohttp alone (the shared cluster), and the lean path in front of it."""
-    if request.param == "aiohttp":
+    """The lean path in front of aiohttp (the shared cluster: the default), and aiohttp alone."""
+    if request.param == "lean":
         yield cluster
         return
     sim = SimConfig(model="sim-llama", profile="fast", max_model_len=4096)
-    c = Cluster(GATEWAY_YAML + "  lean_http: true\n", [{"sim": sim}])
+    c = Cluster(GATEWAY_YAML + "  lean_http: false\n", [{"sim": sim}])
     c.start()
     yield c
     c.stop()

@@ -172,7 +172,9 @@ class LeanProtocol(asyncio.Protocol):
         t = self.transport
         if t is None or self._gone:
             return
-        if not task.cancelled() and (exc := task.exception()) is not None:
+        if task.cancelled():  # (cut at its deadline, or the gateway stops): half an answer
+            self.close_after = True
+        elif (exc := task.exception()) is not None:
             log.error("lean request handler failed", exc_info=exc)
             self.close_after = True
         if self.close_after or t.is_closing():
