@@ -8,6 +8,7 @@ Which path answered: aiohttp names itself in a `Server` header, the lean path se
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from collections.abc import Iterator
 
@@ -187,6 +188,26 @@ async def test_expect_100_continue_goes_to_aiohttp(lean: Cluster) -> None:
     finally:
         writer.close()
     assert reply.status == 200 and by_aiohttp(reply)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        post("/v1/chat/completions", chat()).replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: lean\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n%b\r\n0\r\n\r\n" % (len(chat()), chat()),
+        post("/v1/chat/completions", gzip.compress(chat()), b"Content-Encoding: gzip"),
+        post("/v1/chat/completions?x=1", chat(), b"X-A: 1", b"x-a: 2"),
+    ],
+    ids=["http-1.0", "chunked-body", "gzip-body", "repeated-header"],
+)
+async def test_requests_the_lean_path_leaves_are_served_by_aiohttp(
+    lean: Cluster, raw: bytes
+) -> None:
+    (reply,) = await exchange(lean, raw)
+    assert reply.status == 200, reply.body
+    assert by_aiohttp(reply)
+    assert json.loads(reply.body)["choices"][0]["message"]["content"]
 
 
 def test_the_openai_sdk_through_the_lean_path(lean: Cluster) -> None:
