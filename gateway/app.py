@@ -20,6 +20,9 @@ from gateway.api.forward import Forwarder
 from gateway.api.grpc_forward import ResumeOwner
 from gateway.api.http import HttpApi
 from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
+from gateway.api.lean.front import LeanFront
+from gateway.api.lean.head import HeadLimits
+from gateway.api.lean.routes import LeanRoutes
 from gateway.config.discovery import DiscoverySettings
 from gateway.config.reload import Reloader
 from gateway.config.schema import Config, EdgeTls, SidecarEndpoint
@@ -241,7 +244,8 @@ class Gateway:
         validate_static(new)
         check_link_tls(new)
         old = self.config.gateway
-        for name in ("http", "grpc", "max_body_bytes", "streams", *RESTART_ONLY_HTTP):
+        restart_only = ("http", "grpc", "max_body_bytes", "streams", "lean_http")
+        for name in (*restart_only, *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
                 raise ValueError(f"gateway.{name} changes only with a restart")
         if new.redis != self.config.redis:
@@ -289,6 +293,18 @@ class Gateway:
         self.service.settle(job)
         self.reporter.done(job)
 
+    def _lean_front(self, edge: Edge) -> LeanFront | None:
+        s = self.config.gateway
+        if not s.lean_http or self._http_tls is not None:
+            return None
+        limits = HeadLimits(
+            s.max_request_line_bytes, s.max_header_field_bytes, s.max_headers, s.max_body_bytes
+        )
+        routes = LeanRoutes(self.http_api.serving)
+        return LeanFront(
+            edge, limits, s.keepalive_timeout_s, routes, lambda: self.http_api.settings
+        )
+
     async def start(self) -> None:
         s = self.config.gateway
         self.gc_pauses.install()
@@ -300,9 +316,11 @@ class Gateway:
         self.scheduler.start()
         if self.siblings is not None:
             await self.siblings.start()
+        edge = Edge(s.client_header_timeout_s, self.metrics.protocol_error)
         self._runner = EdgeRunner(
             self.http_api.app(),
-            Edge(s.client_header_timeout_s, self.metrics.protocol_error),
+            edge,
+            self._lean_front(edge),
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=s.drain_timeout_s,

@@ -7,7 +7,7 @@ import asyncio
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from gateway.api.http_errors import BodyTimeout, BrokenBody, detail
+from gateway.api.http_errors import BrokenBody, body_timeout, detail
 from gateway.api.http_server import EdgeProtocol
 from gateway.observability.labels import ProtocolError
 from gateway.types import PayloadTooLarge
@@ -41,7 +41,7 @@ async def read_body(request: web.Request, max_bytes: int, gap_s: float) -> bytes
                 raise PayloadTooLarge(f"Request body is over the limit of {max_bytes} bytes.")
     except TimeoutError:
         _cut(request, ProtocolError.BODY_TIMEOUT, f"{size} bytes read")
-        raise BodyTimeout(f"The request body stopped arriving for {gap_s:g} s.") from None
+        raise body_timeout(gap_s) from None
     except RequestPayloadError as e:
         _cut(request, ProtocolError.BAD_BODY, detail(e))
         raise BrokenBody(f"The request body cannot be read: {detail(e)}.") from None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -14,6 +13,7 @@ from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.api.admin_loras import LoraAdmin
+from gateway.api.aio_exchange import AioExchange, response_of
 from gateway.api.anthropic.count_tokens import CountTokens
 from gateway.api.anthropic.serving import AnthropicServing
 from gateway.api.error_shapes import ErrorShape, error_shape
@@ -24,9 +24,9 @@ from gateway.api.openai import encode, protocol
 from gateway.api.openai.resume import Resume
 from gateway.api.openai.serving import OpenAIServing
 from gateway.api.openai.tokenize import Tokenizing
+from gateway.api.replies import error_parts, request_id
 from gateway.api.responses.serving import ResponsesServing
 from gateway.config.schema import Config, GatewaySettings
-from gateway.ids import new_request_id
 from gateway.observability.metrics import GatewayMetrics
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 REQUEST_ID = web.RequestKey("request_id", str)
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 _HTTP_TYPES = {
     404: "not_found_error",
@@ -53,12 +52,8 @@ _HTTP_TYPES = {
 }
 
 
-def error_response(
-    err: GatewayError, request_id: str, shape: ErrorShape | None = None
-) -> web.Response:
-    headers = dict(err.headers)
-    headers["x-request-id"] = request_id
-    status, body = (shape or error_shape(""))(err)
+def error_response(err: GatewayError, rid: str, shape: ErrorShape | None = None) -> web.Response:
+    status, headers, body = error_parts(err, rid, shape)
     resp = web.Response(
         status=status,
         body=body,
@@ -82,9 +77,7 @@ def redacted(config: Config) -> Any:
 
 @web.middleware
 async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    rid = request.headers.get("x-request-id", "")
-    if not _REQUEST_ID.match(rid):
-        rid = new_request_id()
+    rid = request_id(request.headers.get("x-request-id"))
     request[REQUEST_ID] = rid
     shape = error_shape(request.path)  # OpenAI's, or Anthropic's on its routes
     try:
@@ -210,15 +203,17 @@ class HttpApi:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self._check_length(request)
-        return await self.serving.generate(
-            request, request[REQUEST_ID], protocol.decode_chat, "chat"
+        answer = await self.serving.generate(
+            AioExchange(request), request[REQUEST_ID], protocol.decode_chat, "chat"
         )
+        return response_of(answer)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         self._check_length(request)
-        return await self.serving.generate(
-            request, request[REQUEST_ID], protocol.decode_completion, "completion"
+        answer = await self.serving.generate(
+            AioExchange(request), request[REQUEST_ID], protocol.decode_completion, "completion"
         )
+        return response_of(answer)
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         self._check_length(request)

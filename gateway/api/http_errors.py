@@ -26,6 +26,7 @@ __all__ = [
     "ClosingError",
     "HeaderTimeout",
     "HeadersTooLarge",
+    "body_timeout",
     "detail",
     "refusal",
 ]
@@ -56,6 +57,10 @@ class HeaderTimeout(ClosingError):
 class BodyTimeout(ClosingError):
     status = 408
     type = "timeout"
+
+
+def body_timeout(gap_s: float) -> BodyTimeout:
+    return BodyTimeout(f"The request body stopped arriving for {gap_s:g} s.")
 
 
 class BrokenBody(BadProtocol):

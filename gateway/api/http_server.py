@@ -12,15 +12,13 @@ protocol error as an ERROR with a traceback. `EdgeProtocol` adds:
   past the middleware; protocol errors are counted in
   `shardgate_http_protocol_errors_total{kind}` and logged once, at INFO, on one line.
 
-`EdgeRunner` is `web.AppRunner` whose server makes `EdgeProtocol`s.
+`EdgeRunner` is `web.AppRunner` whose server makes `EdgeProtocol`s, or, with
+`gateway.lean_http`, lean connections in front of them (gateway/api/lean/).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Callable
-from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -29,15 +27,16 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
+from gateway.api.edge import Edge, peer, raw_response
 from gateway.api.error_shapes import error_shape
 from gateway.api.http_errors import HeaderTimeout, detail, refusal
+from gateway.api.lean.front import LeanFront
+from gateway.api.lean.protocol import LeanProtocol
 from gateway.api.openai import encode
 from gateway.observability.labels import ProtocolError
 from gateway.types import GatewayError
 
 __all__ = ["RESTART_ONLY_HTTP", "Edge", "EdgeProtocol", "EdgeRunner", "raw_response"]
-
-log = logging.getLogger("gateway.api.http")
 
 # GatewaySettings fields the runner takes at start: a reload cannot change them.
 RESTART_ONLY_HTTP = (
@@ -47,38 +46,6 @@ RESTART_ONLY_HTTP = (
     "max_header_field_bytes",
     "max_headers",
 )
-
-
-class Edge:
-    """What every connection shares: the head timeout and where protocol errors go."""
-
-    __slots__ = ("count", "header_timeout_s")
-
-    def __init__(self, header_timeout_s: float, count: Callable[[ProtocolError], None]) -> None:
-        self.header_timeout_s = header_timeout_s
-        self.count = count
-
-    def report(self, kind: ProtocolError, peer: str | None, detail: str) -> None:
-        self.count(kind)
-        log.info("http protocol error", extra={"kind": kind.value, "peer": peer, "detail": detail})
-
-
-def raw_response(err: GatewayError) -> bytes:
-    """A whole HTTP/1.1 response that closes the connection, for when no handler runs."""
-    body = encode.error_body(err)
-    phrase = HTTPStatus(err.status).phrase
-    head = (
-        f"HTTP/1.1 {err.status} {phrase}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-def _peer(transport: asyncio.BaseTransport | None) -> str | None:
-    if transport is None:
-        return None
-    name = transport.get_extra_info("peername")
-    return str(name[0]) if isinstance(name, tuple) and name else None
 
 
 class EdgeProtocol(RequestHandler):
@@ -114,6 +81,21 @@ class EdgeProtocol(RequestHandler):
         if not isinstance(msg, RawRequestMessage) and not request.content.is_eof():
             request.content.set_exception(RequestPayloadError(msg.message))
 
+    def take_over(
+        self, transport: asyncio.Transport, data: bytes, head_since: float, paused: bool
+    ) -> None:
+        """A lean connection's (gateway/api/lean/) from its request's first byte, `data`: the
+        head timer runs from `head_since`, when that request (or the connection) began."""
+        transport.set_protocol(self)
+        self.connection_made(transport)
+        if paused:
+            self.pause_writing()
+        self._disarm_head_timer()
+        self._heads = self._request_count
+        when = head_since + self._edge.header_timeout_s
+        self._head_timer = self._loop.call_at(when, self._head_late)
+        self.data_received(data)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
@@ -137,7 +119,7 @@ class EdgeProtocol(RequestHandler):
         transport = self.transport
         if transport is None or self._force_close or self._request_count != self._heads:
             return
-        self._edge.report(ProtocolError.HEADER_TIMEOUT, _peer(transport), "request head")
+        self._edge.report(ProtocolError.HEADER_TIMEOUT, peer(transport), "request head")
         err = HeaderTimeout(
             f"The request head did not arrive within {self._edge.header_timeout_s:g} s."
         )
@@ -148,7 +130,7 @@ class EdgeProtocol(RequestHandler):
     def body_cut(self, kind: ProtocolError, detail: str) -> None:
         """A handler gave up on the request's body: count it, and close the connection right
         after the answer instead of reading the rest of the body."""
-        self._edge.report(kind, _peer(self.transport), detail)
+        self._edge.report(kind, peer(self.transport), detail)
         self._lingering_time = 0.0
 
     def handle_error(
@@ -161,7 +143,7 @@ class EdgeProtocol(RequestHandler):
         if not isinstance(exc, HttpProcessingError):
             return super().handle_error(request, status, exc, message)
         kind, err = refusal(exc)
-        self._edge.report(kind, _peer(self.transport), detail(exc))
+        self._edge.report(kind, peer(self.transport), detail(exc))
         resp = web.Response(
             status=err.status, body=encode.error_body(err), content_type="application/json"
         )
@@ -186,9 +168,10 @@ class EdgeProtocol(RequestHandler):
 
 
 class _EdgeServer(web.Server):
-    """aiohttp's server, making `EdgeProtocol`s."""
+    """aiohttp's server, making `EdgeProtocol`s; or, with a lean front, lean connections that
+    hand themselves to an `EdgeProtocol` at their first request the lean path does not take."""
 
-    def __init__(self, plain: web.Server, edge: Edge) -> None:
+    def __init__(self, plain: web.Server, edge: Edge, lean: LeanFront | None) -> None:
         super().__init__(
             plain.request_handler,
             request_factory=plain.request_factory,
@@ -197,19 +180,43 @@ class _EdgeServer(web.Server):
             **plain._kwargs,
         )
         self.edge = edge
+        self.lean = lean
+        if lean is not None:
+            lean.make_edge = self.edge_protocol
+
+    def edge_protocol(self) -> EdgeProtocol:
+        return EdgeProtocol(self, self.edge, loop=self._loop, **self._kwargs)
 
     def __call__(self) -> RequestHandler:
-        return EdgeProtocol(self, self.edge, loop=self._loop, **self._kwargs)
+        """The protocol of a new connection (asyncio takes any protocol from this factory)."""
+        if self.lean is not None:
+            return LeanProtocol(self.lean)  # type: ignore[return-value]
+        return self.edge_protocol()
+
+    def pre_shutdown(self) -> None:
+        super().pre_shutdown()
+        if self.lean is not None:
+            self.lean.pre_shutdown()
+
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp's)
+        if self.lean is None:
+            await super().shutdown(timeout)
+            return
+        await asyncio.gather(super().shutdown(timeout), self.lean.shutdown(timeout))
 
 
 class EdgeRunner(web.AppRunner):
-    """`web.AppRunner` (same arguments, plus the edge) serving through `EdgeProtocol`."""
+    """`web.AppRunner` (same arguments, plus the edge and the lean front, if any) serving
+    through `EdgeProtocol` (behind lean connections with a lean front)."""
 
-    __slots__ = ("_edge",)
+    __slots__ = ("_edge", "_lean")
 
-    def __init__(self, app: web.Application, edge: Edge, **kwargs: Any) -> None:
+    def __init__(
+        self, app: web.Application, edge: Edge, lean: LeanFront | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(app, **kwargs)
         self._edge = edge
+        self._lean = lean
 
     async def _make_server(self) -> web.Server:
-        return _EdgeServer(await super()._make_server(), self._edge)
+        return _EdgeServer(await super()._make_server(), self._edge, self._lean)

@@ -155,6 +155,11 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     detach_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     streams: StreamSettings = StreamSettings()
     gc: CollectorSettings = CollectorSettings()
+    # The streaming routes (POST /v1/chat/completions, /v1/completions) served by a lean
+    # HTTP/1.1 parser (llhttp) in front of aiohttp on the same port; every other request, and
+    # any the lean path does not take whole, goes to aiohttp. Not with TLS on the edge.
+    # False: aiohttp serves everything.
+    lean_http: bool = True
 
 
 class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

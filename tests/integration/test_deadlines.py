@@ -107,12 +107,13 @@ def test_grpc_past_its_deadline_is_deadline_exceeded(slow: Cluster) -> None:
     assert wait_for(lambda: running(slow) == 0, 5.0)
 
 
-def test_a_client_that_stopped_reading_is_cut_off_at_the_deadline() -> None:
+@pytest.mark.parametrize("lean", ["false", "true"], ids=["aiohttp", "lean"])
+def test_a_client_that_stopped_reading_is_cut_off_at_the_deadline(lean: str) -> None:
     """A client that never reads a response of megabytes: the engine finishes, the gateway's
     writes back up, and at the deadline the gateway lets go of the connection (instead of a
-    handler holding the response until the client reads)."""
+    handler holding the response until the client reads). With either HTTP path."""
     sim = SimConfig(profile="instant", max_model_len=65536, num_kv_blocks=8192)
-    c = Cluster(GATEWAY, [{"sim": sim}])
+    c = Cluster(GATEWAY.replace("}", f", lean_http: {lean}}}"), [{"sim": sim}])
     c.start()
     try:
         url = urlsplit(c.http_url)

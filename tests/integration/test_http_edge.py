@@ -1,5 +1,6 @@
 """The HTTP edge's limits, over raw sockets against a real gateway: slow heads and bodies, idle
-keep-alive connections, oversized heads, protocol garbage, deeply nested JSON."""
+keep-alive connections, oversized heads, protocol garbage, deeply nested JSON; with aiohttp
+alone and with the lean path for the streaming routes in front of it."""
 
 from __future__ import annotations
 
@@ -36,10 +37,13 @@ CHAT = json.dumps(
 ).encode()
 
 
-@pytest.fixture(scope="module")
-def edge() -> Iterator[Cluster]:
+@pytest.fixture(scope="module", params=["aiohttp", "lean"])
+def edge(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Every test against both HTTP paths: aiohttp's alone, and the lean path in front of it
+    (gateway.lean_http: the same refusals, whichever path reads the request)."""
     sim = SimConfig(model="sim-llama", profile="instant", max_model_len=512)
-    c = Cluster(EDGE_YAML, [{"sim": sim}])
+    lean = "true" if request.param == "lean" else "false"
+    c = Cluster(EDGE_YAML + f"  lean_http: {lean}\n", [{"sim": sim}])
     c.start()
     yield c
     c.stop()

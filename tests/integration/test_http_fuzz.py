@@ -12,11 +12,15 @@ import json
 import re
 import socket
 from collections import Counter
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine_sidecar.backends.sim import SimConfig
 from tests.integration.cluster import Cluster
+from tests.integration.conftest import GATEWAY_YAML
 
 settings.register_profile(
     "http-fuzz",
@@ -273,9 +277,23 @@ def check_error_body(reply: bytes, status: int, path: str) -> None:
 STATUSES: Counter[int] = Counter()
 
 
+@pytest.fixture(scope="module", params=["aiohttp", "lean"])
+def fuzzed(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[Cluster]:
+    """The lean path in front of aiohttp (the shared cluster: the default), and aiohttp alone."""
+    if request.param == "lean":
+        yield cluster
+        return
+    sim = SimConfig(model="sim-llama", profile="fast", max_model_len=4096)
+    c = Cluster(GATEWAY_YAML + "  lean_http: false\n", [{"sim": sim}])
+    c.start()
+    yield c
+    c.stop()
+
+
 @settings(settings.get_profile("http-fuzz"))
 @given(raw=requests())
-def test_no_request_gets_a_5xx_and_the_gateway_stays_up(cluster: Cluster, raw: bytes) -> None:
+def test_no_request_gets_a_5xx_and_the_gateway_stays_up(fuzzed: Cluster, raw: bytes) -> None:
+    cluster = fuzzed
     reply = exchange(cluster, raw)
     status = status_of(reply)
     assert status < 500, reply[:500]

@@ -3,7 +3,7 @@
 A client that stops reading while the engine streams gets its deltas merged (at most
 `max_pending_deltas` held per request), then, when it reads again, the whole text. With
 `direct_writes: false` every frame goes through the request's own task: the client gets the
-same stream as with direct writes."""
+same stream as with direct writes. Both with aiohttp alone and with the lean path in front."""
 
 from __future__ import annotations
 
@@ -36,19 +36,22 @@ def chat(max_tokens: int, prompt: str = "Go on and on.", stream: bool = True) ->
     }
 
 
-def start(direct: bool, sim: SimConfig) -> Cluster:
+def start(direct: bool, sim: SimConfig, lean: bool = False) -> Cluster:
     gateway = (
         f"gateway: {{max_pending_deltas: {MAX_PENDING}, "
-        f"direct_writes: {'true' if direct else 'false'}}}"
+        f"direct_writes: {'true' if direct else 'false'}, "
+        f"lean_http: {'true' if lean else 'false'}}}"
     )
     c = Cluster(gateway, [{"sim": sim}])
     c.start()
     return c
 
 
-@pytest.fixture
-def big() -> Iterator[Cluster]:
-    c = start(True, SimConfig(profile="instant", max_model_len=65536, num_kv_blocks=8192))
+# Each test with aiohttp alone and with the lean path in front of it (gateway.lean_http).
+@pytest.fixture(params=[False, True], ids=["aiohttp", "lean"])
+def big(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    sim = SimConfig(profile="instant", max_model_len=65536, num_kv_blocks=8192)
+    c = start(True, sim, request.param)
     yield c
     c.stop()
 
@@ -112,10 +115,10 @@ def test_a_client_that_stops_reading_gets_merged_deltas_then_the_whole_text(
     assert len(pieces) < LONG  # some deltas left merged
 
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[tuple[Cluster, Cluster]]:
+@pytest.fixture(scope="module", params=[False, True], ids=["aiohttp", "lean"])
+def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Cluster, Cluster]]:
     sim = SimConfig(profile="fast")
-    direct, through_task = start(True, sim), start(False, sim)
+    direct, through_task = start(True, sim, request.param), start(False, sim, request.param)
     yield direct, through_task
     direct.stop()
     through_task.stop()

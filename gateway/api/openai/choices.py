@@ -9,15 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from aiohttp import web
-
 from gateway.api import fanout
 from gateway.api.openai import encode, token_ids
 from gateway.api.openai.answer import Answer, delta_of, message_of
 from gateway.api.openai.detach import Writer, client_gone
 from gateway.api.openai.echo import echo_text
+from gateway.api.openai.exchange import Exchange, Outbound, Reply
 from gateway.api.openai.logprobs import formatter
-from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse, Tally, response_headers
+from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, Tally, response_headers
 from gateway.api.openai.template import response_role
 from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.runtime.service import Service
@@ -53,7 +52,7 @@ class Choices(fanout.Fanout):
         completion = sum(t.usage().completion_tokens for t in self.tallies)
         return Usage(sum(t.prompt for t in firsts), completion, sum(t.cached for t in firsts))
 
-    async def unary(self) -> web.Response:
+    async def unary(self) -> Reply:
         req = self.req
         n = len(self.jobs)
         texts: list[list[str]] = [[echo_text(j.request)] for j in self.jobs]
@@ -90,9 +89,9 @@ class Choices(fanout.Fanout):
             prompts = [self.prompt_ids[i // req.n] for i in range(n)]
             body = token_ids.body_with(body, chat, prompts, ids)
         headers = response_headers(self.jobs[0])
-        return web.Response(body=body, content_type="application/json", headers=headers)
+        return Reply(body, headers)
 
-    async def stream(self, request: web.Request) -> web.StreamResponse:
+    async def stream(self, ex: Exchange) -> Outbound:
         """The choices' chunks as they come. The response starts with its first write: a choice
         refused before that (while queued) is the request's error response. A kept stream goes
         on without its client for `detach_grace_s`, as a single one does."""
@@ -100,16 +99,14 @@ class Choices(fanout.Fanout):
         streams = self._streams
         log = streams.open(self.jobs[0].tenant, headers) if streams is not None else None
         relay = ChoicesRelay(self, Tape(log) if log is not None else None)
-        resp = SSEResponse(headers={**SSE_HEADERS, **headers})
-        writer = Writer(request)
+        resp = ex.sse({**SSE_HEADERS, **headers})
+        writer = Writer(ex)
         if log is not None:
             log.attach(writer)
         try:
-            return await self._stream(request, resp, relay)
+            return await self._stream(resp, relay)
         except (asyncio.CancelledError, ConnectionResetError) as e:
-            if self._detach(request, resp, relay, log, writer) and isinstance(
-                e, ConnectionResetError
-            ):
+            if self._detach(ex, resp, relay, log, writer) and isinstance(e, ConnectionResetError):
                 return resp  # (it goes on without its client)
             raise
         finally:
@@ -119,8 +116,8 @@ class Choices(fanout.Fanout):
 
     def _detach(
         self,
-        request: web.Request,
-        resp: web.StreamResponse,
+        ex: Exchange,
+        resp: Outbound,
         relay: ChoicesRelay,
         log: StreamLog | None,
         writer: Writer,
@@ -128,9 +125,9 @@ class Choices(fanout.Fanout):
         """The client left (its head, with the stream id, sent): the choices go on in a
         detached producer when someone may reattach (a grace, or a reader that replaced it)."""
         streams = self._streams
-        if log is None or streams is None or not resp.prepared or relay.ended:
+        if log is None or streams is None or not resp.started or relay.ended:
             return False
-        if any(job.timed_out for job in self.jobs) or not client_gone(request):
+        if any(job.timed_out for job in self.jobs) or not client_gone(ex):
             return False
         log.detach(writer)
         if streams.grace_s <= 0 and log.reader is None:
@@ -141,24 +138,22 @@ class Choices(fanout.Fanout):
         )
         return True
 
-    async def _stream(
-        self, request: web.Request, resp: web.StreamResponse, relay: ChoicesRelay
-    ) -> web.StreamResponse:
+    async def _stream(self, resp: Outbound, relay: ChoicesRelay) -> Outbound:
         try:
             while self.left:
                 relay.add(await self.next())
                 if relay.buf:
-                    if not resp.prepared:
-                        await resp.prepare(request)
+                    if not resp.started:
+                        await resp.start()
                     await resp.write(relay.take())
         except GatewayError as e:
-            if not resp.prepared:
+            if not resp.started:
                 raise  # nothing was said yet: an error response
             relay.error(e)
         else:
             relay.end()
-        if not resp.prepared:
-            await resp.prepare(request)
+        if not resp.started:
+            await resp.start()
         await resp.write_eof(relay.take())
         return resp
 

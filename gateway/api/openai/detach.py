@@ -3,8 +3,7 @@ queued when its client left, as a detached producer goes on with it."""
 
 from __future__ import annotations
 
-from aiohttp import web
-
+from gateway.api.openai.exchange import Exchange
 from gateway.api.openai.relay import Relay
 from gateway.runtime.job import Job
 from gateway.types import Delta, GatewayError
@@ -16,7 +15,7 @@ class Writer:
 
     __slots__ = ("_request",)
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: Exchange) -> None:
         self._request = request
 
     def replaced(self) -> None:
@@ -25,7 +24,7 @@ class Writer:
             transport.close()
 
 
-def client_gone(request: web.Request) -> bool:
+def client_gone(request: Exchange) -> bool:
     """Its connection is closing (not cancelled for another reason: the gateway stops)."""
     transport = request.transport
     return transport is None or transport.is_closing()

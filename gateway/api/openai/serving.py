@@ -6,15 +6,13 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from aiohttp import web
-
-from gateway.api.body import read_body
 from gateway.api.openai import echo, encode, token_ids
 from gateway.api.openai.answer import Answer, message_of
 from gateway.api.openai.choices import Choices
 from gateway.api.openai.detach import Unbegun, Writer, client_gone
 from gateway.api.openai.direct import DirectSink
 from gateway.api.openai.echo import echo_text
+from gateway.api.openai.exchange import Answered, Exchange, Outbound, Reply
 from gateway.api.openai.logprobs import formatter
 from gateway.api.openai.relay import Relay
 from gateway.api.openai.sse import (
@@ -71,17 +69,17 @@ class OpenAIServing:
         self.streams = streams
 
     async def generate(
-        self, request: web.Request, rid: str, decode: Decode, kind: encode.ChunkKind
-    ) -> web.StreamResponse:
+        self, ex: Exchange, rid: str, decode: Decode, kind: encode.ChunkKind
+    ) -> Answered:
+        """The answer to one request, whichever HTTP server carries it (exchange.py)."""
         s = self.settings
-        body = await read_body(request, s.max_body_bytes, s.client_body_timeout_s)
+        body = await ex.body(s.max_body_bytes, s.client_body_timeout_s)
         req = decode(body, rid, self.settings.default_max_tokens)
-        headers = request.headers
-        asked = headers.get("x-priority")
+        asked = ex.header("x-priority")
         if asked is not None:
             req.priority = parse_priority(asked)
-        req.session_id = headers.get("x-session-id", "")[:128]
-        key = bearer_key(headers.get("Authorization"))
+        req.session_id = (ex.header("x-session-id") or "")[:128]
+        key = bearer_key(ex.header("authorization"))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         prompts = None  # each prompt's token ids, when the answer carries them
         if req.return_token_ids:
@@ -93,7 +91,7 @@ class OpenAIServing:
                 await choices.submit(key)
                 choices.arm(deadline, self.settings.first_token_timeout_s)
                 if req.stream:
-                    return await choices.stream(request)
+                    return await choices.stream(ex)
                 return await choices.unary()
             finally:
                 await choices.close()
@@ -101,7 +99,7 @@ class OpenAIServing:
         gen = await self._service.submit(req, key)
         gen.arm(deadline, self.settings.first_token_timeout_s)
         if req.stream:
-            return await self._stream(request, gen, kind, prompt_ids)  # (it closes the job)
+            return await self._stream(ex, gen, kind, prompt_ids)  # (it closes the job)
         try:
             batch = await gen.take()
             while batch and not gen.began:  # keep-alives while queued: nothing to say yet
@@ -117,7 +115,7 @@ class OpenAIServing:
         batch: list[Delta],
         headers: dict[str, str],
         prompt_ids: list[int] | None = None,
-    ) -> web.Response:
+    ) -> Reply:
         tally = Tally()
         req = gen.request
         answer = Answer(req.generation.tools, req.hide_reasoning)
@@ -154,21 +152,21 @@ class OpenAIServing:
             body = token_ids.body_with(body, kind == "chat", [prompt_ids], [ids])
         if req.sampling.prompt_logprobs is not None:
             body = echo.body_with(body, kind == "chat", prompt_lps)
-        return web.Response(body=body, content_type="application/json", headers=headers)
+        return Reply(body, headers)
 
     async def _stream(
         self,
-        request: web.Request,
+        ex: Exchange,
         gen: Job,
         kind: encode.ChunkKind,
         prompt_ids: list[int] | None = None,
-    ) -> web.StreamResponse:
+    ) -> Outbound:
         """Streams the generation (the job's timer ends it with an error event if it runs past
         its deadline). A request still queued when its keep-alive is due gets its headers and
         `: keep-alive` comments only; the role chunk leaves with its first token. A stream the
         store keeps goes on without its client for `detach_grace_s` (run_detached)."""
         log: StreamLog | None = None
-        writer = Writer(request)
+        writer = Writer(ex)
         handed = False
         try:
             batch = await gen.take()
@@ -189,12 +187,12 @@ class OpenAIServing:
             relay = Relay(req, enc, Tally(), answer, tape, ids, usage, prompt_ids)
             if log is not None:
                 log.attach(writer)
-            resp = SSEResponse(headers={**SSE_HEADERS, **headers})
-            await resp.prepare(request)
+            resp = ex.sse({**SSE_HEADERS, **headers})
+            await resp.start()
             try:
-                return await self._write(request, resp, gen, relay, batch, headers)
+                return await self._write(ex, resp, gen, relay, batch, headers)
             except (asyncio.CancelledError, ConnectionResetError) as e:
-                handed = self._detach(request, gen, relay, log, writer)
+                handed = self._detach(ex, gen, relay, log, writer)
                 if handed and isinstance(e, ConnectionResetError):
                     return resp
                 raise
@@ -206,14 +204,14 @@ class OpenAIServing:
                 gen.close()
 
     def _detach(
-        self, request: web.Request, gen: Job, relay: Relay, log: StreamLog | None, writer: Writer
+        self, ex: Exchange, gen: Job, relay: Relay, log: StreamLog | None, writer: Writer
     ) -> bool:
         """The client left (mid-stream, or still queued: its head, with the stream id, sent):
         hand the rest to a detached producer when the stream is kept and someone may reattach
         (a grace, or a reader that replaced this client)."""
         if log is None or self.streams is None or relay.ended or gen.timed_out:
             return False
-        if not client_gone(request):
+        if not client_gone(ex):
             return False  # cancelled for another reason (the gateway stops)
         log.detach(writer)
         grace = self.settings.detach_grace_s
@@ -228,13 +226,13 @@ class OpenAIServing:
 
     async def _write(
         self,
-        request: web.Request,
-        resp: web.StreamResponse,
+        ex: Exchange,
+        resp: Outbound,
         gen: Job,
         relay: Relay,
         batch: list[Delta],
         headers: dict[str, str],
-    ) -> web.StreamResponse:
+    ) -> Outbound:
         enc, buf = relay.enc, relay.buf
         if batch and not gen.began:
             try:
@@ -247,13 +245,12 @@ class OpenAIServing:
                 # The head left before a replica took it: named here instead.
                 buf += b": x-shardgate-replica: %s\n\n" % gen.first_replica.encode()
         relay.begin(batch)
-        transport = request.transport
+        transport = ex.transport
         sink = None
         # (chunks with more than the tokens take no direct writes)
         slow = relay.ids is not None or relay.usage is not None
         if self.settings.direct_writes and transport is not None and not slow:
-            chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
-            sink = DirectSink(transport, chunked, enc, relay.tally, relay.tape)
+            sink = DirectSink(transport, resp.chunked, enc, relay.tally, relay.tape)
         try:
             try:
                 await self._relay(resp, gen, relay, batch, sink)
@@ -270,7 +267,7 @@ class OpenAIServing:
         return resp
 
     @staticmethod
-    async def _wait_queued(resp: web.StreamResponse, gen: Job, batch: list[Delta]) -> list[Delta]:
+    async def _wait_queued(resp: Outbound, gen: Job, batch: list[Delta]) -> list[Delta]:
         """Keep a queued client's connection alive until an engine produces its first output
         (or the request fails: raised as the error response, nothing else was said)."""
         while batch and not gen.began:
@@ -280,7 +277,7 @@ class OpenAIServing:
 
     @staticmethod
     async def _relay(
-        resp: web.StreamResponse,
+        resp: Outbound,
         gen: Job,
         relay: Relay,
         batch: list[Delta],

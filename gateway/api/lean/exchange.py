@@ -1,0 +1,126 @@
+"""The OpenAI handler's exchange over a lean connection (gateway/api/openai/exchange.py): the
+request as the connection read it, answers written straight to its transport."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from gateway.api.error_shapes import error_shape
+from gateway.api.http_errors import ClosingError
+from gateway.api.lean import wire
+from gateway.api.lean.head import Head
+from gateway.api.openai.exchange import Reply
+from gateway.api.replies import error_parts
+from gateway.types import GatewayError
+
+if TYPE_CHECKING:
+    from gateway.api.lean.protocol import LeanProtocol
+
+__all__ = ["LeanExchange", "LeanOutbound"]
+
+
+class LeanOutbound:
+    """A chunked 200: its head leaves with its first write, in the same `send()`."""
+
+    __slots__ = ("_conn", "_head", "_headers", "_started", "finished")
+
+    def __init__(self, conn: LeanProtocol, headers: dict[str, str]) -> None:
+        self._conn = conn
+        self._headers = headers
+        self._head = b""
+        self._started = False
+        self.finished = False  # its last chunk was written
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def chunked(self) -> bool:
+        return True
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._head = wire.stream_head(self._headers, self._conn.close_after)
+
+    def _framed(self, data: bytes) -> bytes:
+        head = self._head
+        if head:
+            self._head = b""
+            return head + wire.chunk(data)
+        return wire.chunk(data)
+
+    async def write(self, data: bytes) -> None:
+        conn = self._conn
+        conn.writable().write(self._framed(data))
+        if conn.paused:
+            await conn.drained()
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        if self.finished:
+            return
+        await self.start()
+        conn = self._conn
+        conn.writable().write(self._framed(data) + wire.LAST_CHUNK)
+        self.finished = True
+        if conn.paused:
+            await conn.drained()
+
+
+class LeanExchange:
+    __slots__ = ("_body", "_conn", "_out", "head")
+
+    def __init__(self, conn: LeanProtocol, head: Head, body: bytes) -> None:
+        self._conn = conn
+        self.head = head
+        self._body = body
+        self._out: LeanOutbound | None = None
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._conn.transport
+
+    def header(self, name: str) -> str | None:
+        return self.head.headers.get(name.lower())
+
+    async def body(self, max_bytes: int, gap_s: float) -> bytes:
+        """(Read whole by the connection, within the same limits, before the handler ran.)"""
+        return self._body
+
+    def sse(self, headers: dict[str, str]) -> LeanOutbound:
+        self._out = LeanOutbound(self._conn, headers)
+        return self._out
+
+    # -- answers -------------------------------------------------------------------------------
+    def reply(self, answer: Reply, rid: str) -> None:
+        headers = answer.headers
+        headers["x-request-id"] = rid
+        self._send(wire.reply(200, headers, answer.body, self._conn.close_after))
+
+    def error(self, err: GatewayError, rid: str) -> None:
+        """The error response; or, when a streamed answer already began, the connection closed."""
+        if self._out is not None and self._out.started:
+            self.abandon()
+            return
+        status, headers, body = error_parts(err, rid, error_shape(self.head.path))
+        if isinstance(err, ClosingError):
+            self._conn.close_after = True
+        self._send(wire.reply(status, headers, body, self._conn.close_after))
+
+    def ended(self) -> bool:
+        """The streamed answer went out whole."""
+        return self._out is not None and self._out.finished
+
+    def abandon(self) -> None:
+        """The answer cannot be finished: the connection closes."""
+        self._conn.close_after = True
+        transport = self._conn.transport
+        if transport is not None:
+            transport.close()
+
+    def _send(self, data: bytes) -> None:
+        transport = self._conn.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
