@@ -197,6 +197,10 @@ def test_fallback_and_readiness(cluster: Cluster) -> None:
         write(cluster, cluster.config_text(BASE, [0, 1, 2]))
         assert admin(cluster, "POST", "/admin/reload")[0] == 200
         eventually(lambda: admin(cluster, "GET", "/readyz")[0] == 200)
+        assert cluster.gateway is not None
+        fleet = cluster.gateway.fleet
+        # (the fallback's replica is linked: readiness speaks of sim-llama's only)
+        eventually(lambda: any(r.routable for r in fleet.pool("sim-small")))
         # sim-llama loses every replica: readiness drops and sim-small serves it.
         write(cluster, cluster.config_text(BASE, [2]))
         assert admin(cluster, "POST", "/admin/reload")[0] == 200

@@ -67,15 +67,21 @@ def wait_gone(pids: list[int]) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_up_serves_and_stops_cleanly_with_its_children(sig: signal.Signals) -> None:
+def test_up_serves_and_stops_cleanly_with_its_children(sig: signal.Signals, tmp_path: Path) -> None:
     http_port, grpc_port = free_port(), free_port()
-    config = str(ROOT / "configs/local.yaml")
+    # `make run`'s config, its sidecars on free ports (its own may be in use on a busy machine)
+    text = (ROOT / "configs/local.yaml").read_text()
+    for fixed in ("127.0.0.1:50061", "127.0.0.1:50062"):
+        assert fixed in text
+        text = text.replace(fixed, f"127.0.0.1:{free_port()}")
+    config = str(tmp_path / "local.yaml")
+    Path(config).write_text(text)
     ports = ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     with shardgate_up("--config", config, *ports, "--log-level", "WARNING") as proc:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 60)
         banner = proc.stdout.readline() if ready else b""
-        assert b"shardgate is up" in banner
+        assert b"shardgate is up" in banner, (proc.poll(), banner)
         assert f"127.0.0.1:{http_port}/v1".encode() in banner
         sidecars = children_of(proc.pid)
         assert len(sidecars) == 2
