@@ -21,8 +21,7 @@ from gateway.api.grpc_forward import ResumeOwner
 from gateway.api.http import HttpApi
 from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
 from gateway.api.lean.front import LeanFront
-from gateway.api.lean.head import HeadLimits
-from gateway.api.lean.routes import LeanRoutes
+from gateway.api.lean.routes import lean_front
 from gateway.config.discovery import DiscoverySettings
 from gateway.config.reload import Reloader
 from gateway.config.schema import Config, EdgeTls, SidecarEndpoint
@@ -248,10 +247,9 @@ class Gateway:
         for name in (*restart_only, *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
                 raise ValueError(f"gateway.{name} changes only with a restart")
-        if new.redis != self.config.redis:
-            raise ValueError("redis changes only with a restart")
-        if new.discovery != self.config.discovery:
-            raise ValueError("discovery changes only with a restart")
+        for name in ("redis", "discovery"):
+            if getattr(new, name) != getattr(self.config, name):
+                raise ValueError(f"{name} changes only with a restart")
 
     def _sidecars(self, config: Config) -> list[SidecarEndpoint]:
         """The sidecar set: the config's, or the discovered one."""
@@ -294,16 +292,9 @@ class Gateway:
         self.reporter.done(job)
 
     def _lean_front(self, edge: Edge) -> LeanFront | None:
-        s = self.config.gateway
-        if not s.lean_http or self._http_tls is not None:
-            return None
-        limits = HeadLimits(
-            s.max_request_line_bytes, s.max_header_field_bytes, s.max_headers, s.max_body_bytes
-        )
-        routes = LeanRoutes(self.http_api.serving)
-        return LeanFront(
-            edge, limits, s.keepalive_timeout_s, routes, lambda: self.http_api.settings
-        )
+        worker = self.forwarder.index if self.forwarder is not None else None
+        tls, settings = self._http_tls is not None, lambda: self.http_api.settings
+        return lean_front(self.config.gateway, tls, edge, self.http_api.serving, settings, worker)
 
     async def start(self) -> None:
         s = self.config.gateway

@@ -20,6 +20,7 @@ import aiohttp
 import grpc
 import msgspec
 from aiohttp import web
+from google.protobuf.message import DecodeError
 from shardgate.v1 import gateway_pb2 as pb
 
 from gateway.api.forward import WRITE_TIMEOUT_S, Forwarder
@@ -134,7 +135,15 @@ async def forward_resume(
                     return
     except GatewayError as e:  # (the owner did not take it)
         await context.abort(grpc.StatusCode.UNAVAILABLE, e.message)
-    except (aiohttp.ClientError, TimeoutError, ValueError, OSError, EOFError, msgspec.DecodeError):
+    except (
+        aiohttp.ClientError,
+        TimeoutError,
+        ValueError,
+        OSError,
+        EOFError,
+        msgspec.DecodeError,
+        DecodeError,  # (a frame that is no GenerateResponse)
+    ):
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"Worker {index} stopped answering.")
 
 

@@ -35,7 +35,10 @@ def fill_prompt_logprobs(out: pb.GenerateResponse, lps: list[Logprobs]) -> None:
             continue
         for i, token_id in enumerate(lp.ids):
             entries.add(
-                token_id=token_id, token=lp.tokens[i], logprob=lp.logprobs[i], rank=lp.ranks[i]
+                token_id=token_id,
+                token=lp.tokens[i],
+                logprob=lp.logprobs[i],
+                rank=lp.ranks[i] if i < len(lp.ranks) else None,
             )
 
 

@@ -110,6 +110,7 @@ def test_a_dropped_stream_reattaches_through_either_worker_with_no_gap(up: Up) -
     sid = resp.headers["x-shardgate-stream-id"]
     owner = owner_of(sid, STREAM)
     assert owner in (0, 1)
+    assert worker_of(resp) == owner  # (the streaming routes name their worker too)
     events = read_events(resp, 10)
     conn.close()  # the client drops mid-way
 

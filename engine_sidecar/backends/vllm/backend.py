@@ -287,10 +287,11 @@ class VllmBackend:
                 priority=priority,
                 lora_request=lora,
             )
+            raw = engine.tokenizer.raw  # (prompt logprobs' texts)
             # Closing the generator early (a stop string of our own text) aborts the request.
             async with contextlib.aclosing(outputs):
                 async for out in outputs:
-                    delta = to_delta(usage, out, text, logprob_texts, engine.tokenizer.raw)
+                    delta = to_delta(usage, out, text, logprob_texts, raw)
                     if chat is not None:
                         delta.parsed = chat.feed(delta.text, delta.token_ids, bool(delta.finish))
                     batcher.add(delta)

@@ -37,6 +37,11 @@ class LeanOutbound:
         return self._started
 
     @property
+    def sent(self) -> bool:
+        """Its head left (with its first write): the client has its 200."""
+        return self._started and not self._head
+
+    @property
     def chunked(self) -> bool:
         return True
 
@@ -70,13 +75,14 @@ class LeanOutbound:
 
 
 class LeanExchange:
-    __slots__ = ("_body", "_conn", "_out", "head")
+    __slots__ = ("_body", "_conn", "_out", "extra", "head")
 
     def __init__(self, conn: LeanProtocol, head: Head, body: bytes) -> None:
         self._conn = conn
         self.head = head
         self._body = body
         self._out: LeanOutbound | None = None
+        self.extra: dict[str, str] = {}  # headers of every answer (the worker's, under --workers)
 
     @property
     def transport(self) -> asyncio.Transport | None:
@@ -90,6 +96,8 @@ class LeanExchange:
         return self._body
 
     def sse(self, headers: dict[str, str]) -> LeanOutbound:
+        if self.extra:
+            headers.update(self.extra)
         self._out = LeanOutbound(self._conn, headers)
         return self._out
 
@@ -97,14 +105,19 @@ class LeanExchange:
     def reply(self, answer: Reply, rid: str) -> None:
         headers = answer.headers
         headers["x-request-id"] = rid
+        if self.extra:
+            headers.update(self.extra)
         self._send(wire.reply(200, headers, answer.body, self._conn.close_after))
 
     def error(self, err: GatewayError, rid: str) -> None:
-        """The error response; or, when a streamed answer already began, the connection closed."""
-        if self._out is not None and self._out.started:
+        """The error response; or, when a streamed answer already went out in part, the
+        connection closed (one started but not yet written still gets the error response)."""
+        if self._out is not None and self._out.sent:
             self.abandon()
             return
         status, headers, body = error_parts(err, rid, error_shape(self.head.path))
+        if self.extra:
+            headers.update(self.extra)
         if isinstance(err, ClosingError):
             self._conn.close_after = True
         self._send(wire.reply(status, headers, body, self._conn.close_after))

@@ -4,27 +4,37 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
+from gateway.api.edge import Edge
+from gateway.api.forward import WORKER_HEADER
 from gateway.api.lean.exchange import LeanExchange
+from gateway.api.lean.front import LeanFront
+from gateway.api.lean.head import HeadLimits
 from gateway.api.openai import protocol
 from gateway.api.openai.exchange import Reply
 from gateway.api.openai.serving import OpenAIServing
 from gateway.api.replies import request_id
+from gateway.config.schema import GatewaySettings
 from gateway.types import GatewayError
 
-__all__ = ["LeanRoutes"]
+__all__ = ["LeanRoutes", "lean_front"]
 
 log = logging.getLogger(__name__)
 
 
 class LeanRoutes:
-    __slots__ = ("_serving",)
+    __slots__ = ("_extra", "_serving")
 
-    def __init__(self, serving: OpenAIServing) -> None:
+    def __init__(self, serving: OpenAIServing, extra: dict[str, str] | None = None) -> None:
+        """`extra`: headers of every answer (aiohttp's path adds them as its responses start)."""
         self._serving = serving
+        self._extra = extra or {}
 
     async def __call__(self, ex: LeanExchange) -> None:
         head = ex.head
+        if self._extra:
+            ex.extra = self._extra
         rid = request_id(head.headers.get("x-request-id"))
         decode = protocol.decode_chat if head.kind == "chat" else protocol.decode_completion
         try:
@@ -43,3 +53,23 @@ class LeanRoutes:
             ex.reply(answer, rid)
         elif not ex.ended():
             ex.abandon()  # (a stream that went on without its client)
+
+
+def lean_front(
+    s: GatewaySettings,
+    tls: bool,
+    edge: Edge,
+    serving: OpenAIServing,
+    settings: Callable[[], GatewaySettings],
+    worker: int | None,
+) -> LeanFront | None:
+    """The lean path of a gateway with settings `s` (`settings`: its current ones); none when
+    it is off or the edge speaks TLS (aiohttp serves all). `worker`: its index under
+    --workers N (its answers then name it, as aiohttp's do)."""
+    if not s.lean_http or tls:
+        return None
+    limits = HeadLimits(
+        s.max_request_line_bytes, s.max_header_field_bytes, s.max_headers, s.max_body_bytes
+    )
+    extra = {WORKER_HEADER: str(worker)} if worker is not None else None
+    return LeanFront(edge, limits, s.keepalive_timeout_s, LeanRoutes(serving, extra), settings)
