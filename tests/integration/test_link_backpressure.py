@@ -125,7 +125,8 @@ def test_submits_beyond_max_outgoing_are_refused_with_a_503() -> None:
         "gateway: {first_token_timeout_s: 3, link: {max_outgoing: 2, heartbeat_timeout_s: 60}}"
     )
     with deaf_cluster(gateway) as (c, deaf):
-        responses = post_all(c, 12)
+        # (enough that the kernel's send buffer, which may grow to a few MiB, cannot take all)
+        responses = post_all(c, 24)
         refused = [r for r in responses if r.status_code == 503]
         assert refused, [r.status_code for r in responses]
         assert all(r.json()["error"]["type"] == "service_unavailable" for r in refused)
