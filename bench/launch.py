@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import signal
 import subprocess
 import sys
@@ -17,14 +16,7 @@ import orjson
 
 from bench.http1 import HttpError, connect
 from gateway.config.loader import load
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the bench dies, so no gateway outlives it."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+from gateway.procs import child_env  # SIGTERM when the bench dies: no gateway outlives it
 
 
 def shardgate_command() -> list[str]:
@@ -106,7 +98,7 @@ class LaunchedGateway:
             self.log_level,
         ]
         self.proc = await asyncio.create_subprocess_exec(
-            *cmd, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            *cmd, stdout=self._log, stderr=subprocess.STDOUT, env=child_env()
         )
         try:
             await self._wait_ready(model, timeout_s)

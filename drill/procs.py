@@ -8,7 +8,6 @@ would not act on SIGTERM), waits a bounded time, then kills.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -18,12 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from gateway.procs import die_with_parent
+from gateway.procs import child_env
 
 log = logging.getLogger(__name__)
-
-# SIGKILL also ends a child that the drill has stopped (SIGSTOP).
-_die_with_parent = functools.partial(die_with_parent, signal.SIGKILL)
 
 
 class Child:
@@ -56,7 +52,7 @@ class Child:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            env=child_env(signal.SIGKILL),
             process_group=0,  # Ctrl-C reaches the drill only; it stops its children in order
         )
         self.stopped = False

@@ -15,6 +15,7 @@ import yaml
 
 from engine_sidecar import config as sidecar_config
 from engine_sidecar.server import serve, tls_files
+from gateway import procs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    procs.die_with_parent()
     p = argparse.ArgumentParser(prog="shardgate sidecar")
     add_arguments(p)
     return run(p.parse_args(argv))

@@ -14,7 +14,7 @@ import uvloop
 from bench import cli as bench_cli
 from drill import cli as drill_cli
 from engine_sidecar import cli as sidecar_cli
-from gateway import cluster
+from gateway import cluster, procs
 from gateway.app import Gateway, validate_static
 from gateway.config.loader import ConfigError, load
 from gateway.config.schema import Config
@@ -59,6 +59,7 @@ async def _gateway(
 
 
 def main(argv: list[str] | None = None) -> int:
+    procs.die_with_parent()
     p = argparse.ArgumentParser(prog="shardgate", description="LLM-serving gateway")
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (

@@ -17,7 +17,7 @@ from engine_sidecar import config as sidecar_config
 from gateway import procs
 from gateway.app import Gateway
 from gateway.config.schema import Config, SidecarEndpoint
-from gateway.procs import die_with_parent
+from gateway.procs import child_env
 from gateway.workers import Workers
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class LocalSidecars:
     def start(self) -> None:
         for e in self._endpoints:
             cmd = sidecar_argv(e, self._log_level)
-            self.procs.append(subprocess.Popen(cmd, preexec_fn=die_with_parent))
+            self.procs.append(subprocess.Popen(cmd, env=child_env()))
             log.info("started sidecar %s (pid %d) on %s", e.name, self.procs[-1].pid, e.address)
 
     def dead(self) -> list[int]:
@@ -87,13 +87,14 @@ def banner(config: Config, http_port: int, grpc_port: int) -> str:
     )
 
 
-async def _wait_ready(host: str, port: int, timeout_s: float, tls: bool = False) -> bool:
-    """Poll /readyz until the gateway (any worker) says ready (over TLS: not checking the
-    certificate, of our own child on our own host)."""
+async def _wait_ready(
+    url: str, deadline: float, connector: aiohttp.BaseConnector | None = None, tls: bool = False
+) -> bool:
+    """Poll `url` (a /readyz) until it answers 200, or `deadline` (loop time) passes; over TLS
+    not checking the certificate, of our own child on our own host."""
     loop = asyncio.get_running_loop()
-    url = f"{'https' if tls else 'http'}://{host}:{port}/readyz"
-    deadline = loop.time() + timeout_s
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+    timeout = aiohttp.ClientTimeout(total=2)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         while loop.time() < deadline:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with http.get(url, ssl=not tls) as resp:
@@ -101,6 +102,22 @@ async def _wait_ready(host: str, port: int, timeout_s: float, tls: bool = False)
                         return True
             await asyncio.sleep(0.2)
     return False
+
+
+async def workers_ready(
+    pool: Workers, host: str, port: int, tls: bool, timeout_s: float = UP_WAIT_S
+) -> bool:
+    """Every worker ready (each asked on its own socket: the kernel would spread a public
+    /readyz over them, and one ready is not all), then the public port answering."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    own = await asyncio.gather(
+        *(
+            _wait_ready("http://worker/readyz", deadline, aiohttp.UnixConnector(path=str(p)))
+            for p in pool.sockets()
+        )
+    )
+    url = f"{'https' if tls else 'http'}://{host}:{port}/readyz"
+    return all(own) and await _wait_ready(url, deadline, tls=tls)
 
 
 async def _serve(
@@ -130,7 +147,7 @@ async def _serve(
                 s.http.port if http_port is None else http_port,
                 s.grpc.port if grpc_port is None else grpc_port,
             )
-            ready = await _wait_ready(s.http.host, ports[0], UP_WAIT_S, s.http.tls is not None)
+            ready = await workers_ready(pool, s.http.host, ports[0], s.http.tls is not None)
         else:
             gw = Gateway(config, http_port, grpc_port, config_path=path)
             if gw.reloader is not None:

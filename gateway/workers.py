@@ -35,7 +35,7 @@ import msgspec
 
 from gateway import procs
 from gateway.config.schema import Config
-from gateway.procs import die_with_parent
+from gateway.procs import child_env
 
 _RATES = ("requests_per_s", "tokens_per_min")
 _COUNTS = ("requests_burst", "tokens_burst", "max_concurrent")
@@ -68,6 +68,10 @@ def share(config: Config, n: int) -> Config:
     return msgspec.convert(data, Config)
 
 
+def worker_socket(runtime_dir: Path, index: int) -> Path:
+    return runtime_dir / f"worker-{index}.sock"
+
+
 @dataclass(frozen=True, slots=True)
 class Seat:
     """Where one worker sits: its index among `of` siblings, their runtime directory, and
@@ -79,7 +83,7 @@ class Seat:
     parent_pid: int
 
     def socket(self, index: int) -> Path:
-        return self.runtime_dir / f"worker-{index}.sock"
+        return worker_socket(self.runtime_dir, index)
 
     def siblings(self) -> list[int]:
         return [i for i in range(self.of) if i != self.index]
@@ -115,9 +119,14 @@ class Workers:
         cmd = [sys.executable, "-m", "gateway", "gateway", *self._args]
         cmd += ["--runtime-dir", str(self.runtime_dir)]
         self.procs = [
-            subprocess.Popen([*cmd, "--worker-index", str(i)], preexec_fn=die_with_parent)
+            subprocess.Popen([*cmd, "--worker-index", str(i)], env=child_env())
             for i in range(self.n)
         ]
+
+    def sockets(self) -> list[Path]:
+        """Where each worker answers its siblings (and its own /readyz), once started."""
+        assert self.runtime_dir is not None
+        return [worker_socket(self.runtime_dir, i) for i in range(self.n)]
 
     def signal(self, sig: signal.Signals) -> None:
         for p in self.procs:

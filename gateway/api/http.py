@@ -185,13 +185,15 @@ class HttpApi:
     def sibling_app(self, grpc_resume: Handler) -> web.Application:
         """What this worker answers its siblings on its Unix socket (under --workers N): the
         reattaches, retrieves and cancels of what it keeps, and gRPC Resumes of its streams
-        (`grpc_resume`), each checked and answered here as a client's would be."""
+        (`grpc_resume`), each checked and answered here as a client's would be; and its own
+        readiness, which the parent waits for from every worker before it says it is up."""
         app = web.Application(middlewares=[openai_errors])
         if self.resume is not None:
             app.router.add_get("/v1/streams/{stream_id}", self.resume.handle)
         app.router.add_get("/v1/responses/{response_id}", self.responses.retrieve)
         app.router.add_post("/v1/responses/{response_id}/cancel", self.responses.cancel)
         app.router.add_get(GRPC_RESUME_PATH, grpc_resume)
+        app.router.add_get("/readyz", self.readyz)  # this worker's own, for the parent
         return app
 
     def _check_length(self, request: web.Request) -> None:

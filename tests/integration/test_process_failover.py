@@ -23,7 +23,7 @@ import pytest
 
 from gateway.cluster import sidecar_argv
 from gateway.config.schema import SidecarEndpoint
-from gateway.procs import die_with_parent
+from gateway.procs import child_env
 from tests.integration.cluster import Cluster
 from tests.integration.poll import until
 from tests.integration.test_up import free_port
@@ -58,7 +58,7 @@ def sidecar_processes(
                     cwd=ROOT,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
+                    env=child_env(),
                 )
         for address, p in procs.items():
             until(functools.partial(up_or_exited, p, address), 60.0, f"{address} listens")

@@ -4,6 +4,7 @@ certificate rotated by replacing its files and reloading."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,7 +111,8 @@ async def test_the_openai_sdk_over_https(cluster: Cluster, pki: Pki) -> None:
 
 async def test_shardgate_up_sees_a_tls_gateway_ready(cluster: Cluster) -> None:
     assert cluster.gateway is not None
-    assert await wait_ready("127.0.0.1", cluster.gateway.http_port, 10, tls=True)
+    url = f"https://127.0.0.1:{cluster.gateway.http_port}/readyz"
+    assert await wait_ready(url, asyncio.get_running_loop().time() + 10, tls=True)
     assert banner(cluster.gateway.config, 1, 2).startswith(
         "shardgate is up: OpenAI API at https://127.0.0.1:1/v1"
     )
