@@ -5,11 +5,15 @@ stream, or for an event past the process's byte bound), finished streams go firs
 finished earliest first; a live stream is never evicted here (its own bounds trim its oldest
 events instead). A new stream is kept only when it fits once that room is made; otherwise it is
 served without resume, and no unexpired stream is evicted for nothing.
+
+The plan reads the finished streams in the order they finished and stops at the first it keeps:
+its cost is the streams it evicts, not the streams held (a full store plans at every open).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 
@@ -25,29 +29,39 @@ class Held(NamedTuple):
     finished_at: float = math.inf  # inf: still live
 
 
+class Totals(NamedTuple):
+    """What the store holds: every stream, and the finished ones among them."""
+
+    streams: int
+    nbytes: int
+    finished_streams: int
+    finished_nbytes: int
+
+
 class Plan(NamedTuple):
     evict: tuple[str, ...]
     fits: bool
 
 
-def plan(held: list[Held], limits: Limits, now: float, streams: int, nbytes: int) -> Plan:
-    """Make room for `streams` more streams and `nbytes` more bytes among `held`."""
-    expired = [h for h in held if h.finished_at + limits.retention_s <= now]
-    gone = {h.sid for h in expired}
-    count = len(held) - len(expired) + streams
-    total = sum(h.nbytes for h in held) - sum(h.nbytes for h in expired) + nbytes
-    finished = sorted(
-        (h for h in held if h.sid not in gone and h.finished_at != math.inf),
-        key=lambda h: (h.finished_at, h.sid),
+def plan(
+    finished: Iterable[Held], held: Totals, limits: Limits, now: float, streams: int, nbytes: int
+) -> Plan:
+    """Make room for `streams` more streams and `nbytes` more bytes; `finished`: the finished
+    streams held, in the order they finished (read only as far as needed)."""
+    count = held.streams + streams
+    total = held.nbytes + nbytes
+    # Evicting every finished stream would make it fit: else none is evicted for room.
+    can_fit = (
+        count - held.finished_streams <= limits.max_streams
+        and total - held.finished_nbytes <= limits.max_bytes
     )
-    extra: list[str] = []
+    evict: list[str] = []
     for h in finished:
-        if count <= limits.max_streams and total <= limits.max_bytes:
+        expired = h.finished_at + limits.retention_s <= now
+        over = count > limits.max_streams or total > limits.max_bytes
+        if not (expired or (over and can_fit)):
             break
-        extra.append(h.sid)
+        evict.append(h.sid)
         count -= 1
         total -= h.nbytes
-    fits = count <= limits.max_streams and total <= limits.max_bytes
-    if not fits:
-        extra = []  # making room would not help: keep them for their clients
-    return Plan(tuple(h.sid for h in expired) + tuple(extra), fits)
+    return Plan(tuple(evict), count <= limits.max_streams and total <= limits.max_bytes)

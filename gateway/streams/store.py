@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gateway.streams.owner import STREAM
-from gateway.streams.policy import Held, Limits, plan
+from gateway.streams.policy import Held, Limits, Plan, Totals, plan
 
 # What an event costs beyond its bytes (the bytes object's header, its slot in the deque):
 # counted with them, so that `max_bytes` bounds the memory the events take.
@@ -45,6 +45,7 @@ class StreamLog:
         "_max_events",
         "_store",
         "_wake",
+        "_when_finished",
         "events",
         "finished_at",
         "first",
@@ -71,6 +72,7 @@ class StreamLog:
         self._wake: asyncio.Future[None] | None = None
         self._max_bytes = store.max_stream_bytes
         self._max_events = store.max_stream_events
+        self._when_finished = 0  # its bytes when it finished, counted in the store's
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -164,8 +166,11 @@ class StreamLog:
     def finish(self) -> None:
         """The producer is done: the events are kept for `retention_s` from now."""
         if not self.finished:
-            self.finished_at = self._store.clock()
-            self._store.finished[self.sid] = self.finished_at
+            store = self._store
+            self.finished_at = store.clock()
+            store.finished[self.sid] = self.finished_at
+            self._when_finished = self.nbytes
+            store.finished_nbytes += self.nbytes
             self._wake_up()
 
 
@@ -191,15 +196,20 @@ class StreamStore:
         # The finished ones, in the order they finished: the first is the first to expire.
         self.finished: dict[str, float] = {}
         self.nbytes = 0
+        self.finished_nbytes = 0
 
-    def _held(self) -> list[Held]:
-        return [Held(s.sid, s.nbytes, s.finished_at) for s in self.logs.values()]
+    def _plan(self, now: float, streams: int) -> Plan:
+        logs = self.logs
+        finished = (Held(sid, logs[sid].nbytes, at) for sid, at in self.finished.items())
+        held = Totals(len(logs), self.nbytes, len(self.finished), self.finished_nbytes)
+        return plan(finished, held, self.limits, now, streams, 0)
 
     def _evict(self, sids: tuple[str, ...]) -> None:
         now = self.clock()
         for sid in sids:
             log = self.logs.pop(sid)
-            self.finished.pop(sid, None)
+            if self.finished.pop(sid, None) is not None:
+                self.finished_nbytes -= log._when_finished
             self.nbytes -= log.nbytes
             if self.counters is not None:
                 expired = log.finished_at + self.limits.retention_s <= now
@@ -214,7 +224,7 @@ class StreamStore:
         now = self.clock()
         lim = self.limits
         if len(self.logs) >= lim.max_streams or self.nbytes > lim.max_bytes or self._due(now):
-            p = plan(self._held(), lim, now, 1, 0)  # (else there is nothing to decide)
+            p = self._plan(now, 1)  # (else there is nothing to decide)
             self._evict(p.evict)
             fits = p.fits
         else:
@@ -244,7 +254,7 @@ class StreamStore:
         """Evict the finished streams past their retention."""
         now = self.clock()
         if self._due(now):
-            self._evict(plan(self._held(), self.limits, now, 0, 0).evict)
+            self._evict(self._plan(now, 0).evict)
 
     def trim(self, log: StreamLog) -> None:
         """`log` is over a bound: drop its oldest events, or evict finished streams for the
@@ -255,7 +265,7 @@ class StreamStore:
             log.drop_oldest()
         if self.nbytes <= self.limits.max_bytes:
             return
-        p = plan(self._held(), self.limits, self.clock(), 0, 0)
+        p = self._plan(self.clock(), 0)
         self._evict(tuple(s for s in p.evict if s != log.sid))
         while log.events and self.nbytes > self.limits.max_bytes:
             log.drop_oldest()

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
 
-from gateway.streams.policy import Held, Limits, Plan, plan
+from gateway.streams.policy import Held, Limits, Plan, Totals, plan
 
 LIM = Limits(max_streams=3, max_bytes=100, retention_s=10.0)
 NOW = 1000.0
 LIVE = math.inf
+
+
+def plan_of(held: list[Held], streams: int, nbytes: int) -> Plan:
+    """The plan for the streams `held` (live and finished, in any order): the policy is given
+    the finished ones in the order they finished (by time; equal times as listed)."""
+    finished = sorted((h for h in held if h.finished_at != LIVE), key=lambda h: h.finished_at)
+    totals = Totals(
+        len(held), sum(h.nbytes for h in held), len(finished), sum(h.nbytes for h in finished)
+    )
+    return plan(finished, totals, LIM, NOW, streams, nbytes)
 
 
 @pytest.mark.parametrize(
@@ -44,20 +55,35 @@ LIVE = math.inf
         ([Held("a", 50), Held("b", 30)], 1, 20, Plan((), True)),
         # Expiry is inclusive of its instant.
         ([Held("a", 5, 990.0)], 0, 0, Plan(("a",), True)),
-        # Equal finish times: by id, so the plan is deterministic.
-        ([Held("y", 1, 995.0), Held("x", 1, 995.0), Held("z", 1)], 1, 0, Plan(("x",), True)),
+        # Equal finish times: in the order they finished.
+        ([Held("y", 1, 995.0), Held("x", 1, 995.0), Held("z", 1)], 1, 0, Plan(("y",), True)),
         # Nothing held.
         ([], 1, 0, Plan((), True)),
     ],
 )
 def test_plan(held: list[Held], streams: int, nbytes: int, expected: Plan) -> None:
-    assert plan(held, LIM, NOW, streams, nbytes) == expected
+    assert plan_of(held, streams, nbytes) == expected
 
 
 def test_live_streams_are_never_evicted() -> None:
     held = [Held(f"s{i}", 30) for i in range(4)]  # over both bounds already
-    assert plan(held, LIM, NOW, 1, 50) == Plan((), False)
+    assert plan_of(held, 1, 50) == Plan((), False)
 
 
 def test_a_finished_stream_within_its_retention_stays_when_there_is_room() -> None:
-    assert plan([Held("a", 10, NOW - LIM.retention_s + 0.001)], LIM, NOW, 1, 10) == Plan((), True)
+    assert plan_of([Held("a", 10, NOW - LIM.retention_s + 0.001)], 1, 10) == Plan((), True)
+
+
+def test_a_plan_reads_the_finished_streams_only_as_far_as_it_needs() -> None:
+    """A full store plans at every open: its cost is what it evicts, not what it holds."""
+    read: list[str] = []
+
+    def finished() -> Iterator[Held]:
+        for i in range(10_000):
+            read.append(f"f{i}")
+            yield Held(f"f{i}", 1, 995.0 + i * 1e-4)
+
+    held = Totals(streams=10_002, nbytes=10_002, finished_streams=10_000, finished_nbytes=10_000)
+    limits = LIM._replace(max_streams=10_002, max_bytes=1 << 20)
+    assert plan(finished(), held, limits, NOW, 1, 0) == Plan(("f0",), True)
+    assert read == ["f0", "f1"]  # the one evicted, and the first kept

@@ -90,6 +90,22 @@ def test_the_process_bound_evicts_finished_streams_then_trims_the_writer() -> No
     assert s.nbytes == 16 + 2 * O and live.first == 2
 
 
+def test_the_earliest_finished_goes_first_and_the_finished_bytes_stay_counted() -> None:
+    s = store(FakeClock(), max_bytes=30 + 3 * O, stream_bytes=1000)
+    a, b, live = s.open("t", "sse"), s.open("t", "sse"), s.open("t", "sse")
+    assert a is not None and b is not None and live is not None
+    for log in (a, b, live):
+        log.append(b"x" * 10)
+    a.finish()
+    b.finish()
+    assert s.finished_nbytes == 20 + 2 * O
+    live.append(b"y" * 5)  # over by 5 + O: the first to finish is enough
+    assert set(s.logs) == {b.sid, live.sid}
+    assert s.finished_nbytes == 10 + O == sum(s.logs[sid].nbytes for sid in s.finished)
+    live.append(b"z" * 30)  # more than b could free: nothing finished goes for nothing
+    assert b.sid in s.logs and s.finished_nbytes == b.nbytes
+
+
 def test_a_full_store_refuses_new_streams_and_finished_ones_make_room() -> None:
     clock = FakeClock()
     counters = Counters()
