@@ -291,7 +291,7 @@ class OpenAIServing:
             if sink is not None:
                 sink.flush()  # frames it buffered go out before anything written here
             relay.add(batch)
-            if relay.buf:
+            if relay.buf and not out.done:  # (the last batch leaves with the stream's end)
                 await resp.write(relay.take())
                 wrote = True
             if sink is not None and wrote:
