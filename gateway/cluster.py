@@ -9,6 +9,7 @@ import logging
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -87,15 +88,23 @@ def banner(config: Config, http_port: int, grpc_port: int) -> str:
     )
 
 
+def _never() -> bool:
+    return False
+
+
 async def _wait_ready(
-    url: str, deadline: float, connector: aiohttp.BaseConnector | None = None, tls: bool = False
+    url: str,
+    deadline: float,
+    connector: aiohttp.BaseConnector | None = None,
+    tls: bool = False,
+    give_up: Callable[[], bool] = _never,
 ) -> bool:
-    """Poll `url` (a /readyz) until it answers 200, or `deadline` (loop time) passes; over TLS
-    not checking the certificate, of our own child on our own host."""
+    """Poll `url` (a /readyz) until it answers 200, `deadline` (loop time) passes or
+    `give_up()`; over TLS not checking the certificate, of our own child on our own host."""
     loop = asyncio.get_running_loop()
     timeout = aiohttp.ClientTimeout(total=2)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-        while loop.time() < deadline:
+        while loop.time() < deadline and not give_up():
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with http.get(url, ssl=not tls) as resp:
                     if resp.status == 200:
@@ -108,16 +117,23 @@ async def workers_ready(
     pool: Workers, host: str, port: int, tls: bool, timeout_s: float = UP_WAIT_S
 ) -> bool:
     """Every worker ready (each asked on its own socket: the kernel would spread a public
-    /readyz over them, and one ready is not all), then the public port answering."""
+    /readyz over them, and one ready is not all), then the public port answering; False at
+    once when a worker has exited."""
     deadline = asyncio.get_running_loop().time() + timeout_s
+
+    def exited() -> bool:
+        return bool(pool.exited())
+
     own = await asyncio.gather(
         *(
-            _wait_ready("http://worker/readyz", deadline, aiohttp.UnixConnector(path=str(p)))
+            _wait_ready(
+                "http://worker/readyz", deadline, aiohttp.UnixConnector(path=str(p)), give_up=exited
+            )
             for p in pool.sockets()
         )
     )
     url = f"{'https' if tls else 'http'}://{host}:{port}/readyz"
-    return all(own) and await _wait_ready(url, deadline, tls=tls)
+    return all(own) and await _wait_ready(url, deadline, tls=tls, give_up=exited)
 
 
 async def _serve(
@@ -158,7 +174,7 @@ async def _serve(
             ready = await gw.fleet.wait_connected(UP_WAIT_S)
         if ready:
             print(banner(config, *ports), flush=True)
-        else:
+        elif pool is None or not pool.exited():
             log.error("not ready within %.0f s; serving what is up", UP_WAIT_S)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):

@@ -4,6 +4,7 @@ own socket (a public /readyz reaches one worker of the kernel's choosing)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,3 +76,19 @@ async def test_a_worker_never_ready_is_not_up(setup: tuple[Workers, Readyz, Read
     pool, _, second, port = setup
     assert not await workers_ready(pool, "127.0.0.1", port, tls=False, timeout_s=0.5)
     assert second.asked >= 1
+
+
+@pytest.fixture
+def exited() -> subprocess.Popen[bytes]:
+    with subprocess.Popen(["true"]) as proc:
+        proc.wait(10)
+    return proc
+
+
+async def test_a_worker_that_exited_ends_the_wait_at_once(
+    setup: tuple[Workers, Readyz, Readyz, int], exited: subprocess.Popen[bytes]
+) -> None:
+    pool, _, _, port = setup
+    pool.procs = [exited]
+    # (the default wait is minutes: returning within this test's timeout is "at once")
+    assert not await asyncio.wait_for(workers_ready(pool, "127.0.0.1", port, tls=False), 10)
