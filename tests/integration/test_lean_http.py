@@ -8,6 +8,7 @@ Which path answered: aiohttp names itself in a `Server` header, the lean path se
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import gzip
 import json
 from collections.abc import Iterator
@@ -106,6 +107,8 @@ async def test_the_streaming_routes_are_lean_and_the_rest_goes_to_aiohttp(lean: 
     first = json.loads(replies[0].body)
     assert first["object"] == "chat.completion" and first["choices"][0]["message"]["content"]
     assert replies[0].headers["x-request-id"] == "mine-1"
+    for r in replies:  # a Date on every answer, as aiohttp gives one (RFC 9110 6.6.1)
+        assert email.utils.parsedate_to_datetime(r.headers["date"]).tzinfo is not None
     assert json.loads(replies[1].body)["object"] == "text_completion"
     same = {"id": "", "created": 0}
     assert json.loads(replies[3].body) | same == first | same

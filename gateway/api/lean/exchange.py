@@ -4,6 +4,7 @@ request as the connection read it, answers written straight to its transport."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from gateway.api.error_shapes import error_shape
@@ -48,7 +49,9 @@ class LeanOutbound:
     async def start(self) -> None:
         if not self._started:
             self._started = True
-            self._head = wire.stream_head(self._headers, self._conn.close_after)
+            self._head = wire.stream_head(
+                self._headers, self._conn.close_after, wire.http_date(time.time())
+            )
 
     def _framed(self, data: bytes) -> bytes:
         head = self._head
@@ -107,7 +110,8 @@ class LeanExchange:
         headers["x-request-id"] = rid
         if self.extra:
             headers.update(self.extra)
-        self._send(wire.reply(200, headers, answer.body, self._conn.close_after))
+        close = self._conn.close_after
+        self._send(wire.reply(200, headers, answer.body, close, wire.http_date(time.time())))
 
     def error(self, err: GatewayError, rid: str) -> None:
         """The error response; or, when a streamed answer already went out in part, the
@@ -120,7 +124,8 @@ class LeanExchange:
             headers.update(self.extra)
         if isinstance(err, ClosingError):
             self._conn.close_after = True
-        self._send(wire.reply(status, headers, body, self._conn.close_after))
+        close = self._conn.close_after
+        self._send(wire.reply(status, headers, body, close, wire.http_date(time.time())))
 
     def ended(self) -> bool:
         """The streamed answer went out whole."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, cast
 
 from aiohttp.tcp_helpers import tcp_keepalive
@@ -236,7 +237,7 @@ class LeanProtocol(asyncio.Protocol):
         status, headers, body = error_parts(
             err, request_id(head.headers.get("x-request-id")), error_shape(head.path)
         )
-        t.write(wire.reply(status, headers, body, True))
+        t.write(wire.reply(status, headers, body, True, wire.http_date(time.time())))
         t.close()
 
     def _idle_late(self) -> None:

@@ -108,22 +108,32 @@ def test_an_unfinished_head_past_the_size_bound_goes_to_aiohttp() -> None:
     assert reader.feed(b"a" * MAX_HEAD_BYTES, False) is False
 
 
+D = "Tue, 01 Dec 2026 17:20:00 GMT"
+
+
 def test_response_bytes() -> None:
-    assert wire.reply(200, {"x-request-id": "r"}, b"{}", False) == (
+    assert wire.reply(200, {"x-request-id": "r"}, b"{}", False, D) == (
         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
-        b"x-request-id: r\r\n\r\n{}"
+        b"Date: Tue, 01 Dec 2026 17:20:00 GMT\r\nx-request-id: r\r\n\r\n{}"
     )
-    assert wire.reply(429, {}, b"{}", True).startswith(
+    assert wire.reply(429, {}, b"{}", True, D).startswith(
         b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
-        b"Content-Length: 2\r\nConnection: close\r\n\r\n"
+        b"Content-Length: 2\r\nDate: Tue, 01 Dec 2026 17:20:00 GMT\r\nConnection: close\r\n\r\n"
     )
-    assert wire.stream_head({"Content-Type": "text/event-stream"}, False) == (
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    assert wire.stream_head({"Content-Type": "text/event-stream"}, False, D) == (
+        b"HTTP/1.1 200 OK\r\nDate: Tue, 01 Dec 2026 17:20:00 GMT\r\n"
+        b"Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
     assert wire.chunk(b"data: x\n\n") == b"9\r\ndata: x\n\n\r\n"
     assert wire.chunk(b"") == b""
 
 
+def test_the_date_is_rfc_9110s_of_each_second() -> None:
+    assert wire.http_date(1_796_145_600.0) == D
+    assert wire.http_date(1_796_145_600.9) == D
+    assert wire.http_date(1_796_145_601.0) == "Tue, 01 Dec 2026 17:20:01 GMT"
+
+
 def test_a_header_with_a_line_break_is_never_written() -> None:
     with pytest.raises(ValueError, match="line break"):
-        wire.reply(200, {"x-a": "1\r\nx-b: 2"}, b"", False)
+        wire.reply(200, {"x-a": "1\r\nx-b: 2"}, b"", False, D)
