@@ -162,6 +162,9 @@ class Scheduler:
                 continue
             if not self._scheduling.preemption.enabled:
                 return
+            lowest = pool.running.lowest()
+            if lowest is None or lowest >= head.priority:
+                return  # no running job of a lower class: none to preempt (none looked at)
             victim = self._preemption.choose(
                 head.priority, (j for j in pool.running if j.preemptible), now
             )
@@ -196,7 +199,7 @@ class Scheduler:
         if not job.first_replica:
             job.first_replica = where.address
         job.placed()
-        pool.running[job] = None
+        pool.running.add(job)
         return True
 
     @staticmethod
@@ -208,7 +211,7 @@ class Scheduler:
             job.link = None
 
     def _preempt(self, pool: Pool, job: Job, resume: bool, now: float) -> None:
-        pool.running.pop(job, None)
+        pool.running.discard(job)
         self._abort(job)
         job.left_engine()
         job.preemptions += 1
@@ -236,7 +239,7 @@ class Scheduler:
     def _on_finished(self, ev: Finished) -> None:
         job = ev.job
         pool = self._pool(job.request.model)
-        pool.running.pop(job, None)  # (first: whatever fails below, its slot is free)
+        pool.running.discard(job)  # (first: whatever fails below, its slot is free)
         self._done(job)
         self.supervisor.succeeded(job)
         self._dispatch(pool, self._clock())
@@ -247,7 +250,7 @@ class Scheduler:
         if stale(job.state) or ev.attempt != job.attempt or job.state not in ON_ENGINE:
             return  # a late failure of an attempt that was already replaced
         pool = self._pool(job.request.model)
-        pool.running.pop(job, None)
+        pool.running.discard(job)
         job.state = next_state(job.state, Move.FAIL)
         job.left_engine()
         failed = (job.replica,) if job.replica else ()
@@ -298,7 +301,7 @@ class Scheduler:
             if isinstance(job, Job):
                 pool = self._pool(job.request.model)
                 if stale(job.state):
-                    pool.running.pop(job, None)  # ended, whatever its handler did not finish
+                    pool.running.discard(job)  # ended, whatever its handler did not finish
                 else:
                     if job.waiter is not None and job.waiter.queued:
                         pool.queue.remove(job.waiter)
@@ -309,8 +312,7 @@ class Scheduler:
             self.capacity_changed()  # start what may wait, and time what is due
 
     def _end(self, pool: Pool, job: Job, error: GatewayError | None) -> None:
-        was_running = job in pool.running
-        pool.running.pop(job, None)
+        was_running = pool.running.discard(job)
         job.state = next_state(job.state, Move.END)
         if error is not None:
             if error.reason and not job.outcome:

@@ -19,6 +19,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import islice
 from typing import Protocol
 
 from gateway.streams.owner import STREAM
@@ -136,10 +137,15 @@ class StreamLog:
         """The events after sequence number `after`; None when some of them were dropped."""
         if after + 1 < self.first:
             return None
-        skip = after + 1 - self.first
-        if skip >= len(self.events):
+        events = self.events
+        n = len(events) - (after + 1 - self.first)
+        if n <= 0:
             return []
-        return list(self.events)[skip:]
+        if n == len(events):
+            return list(events)
+        tail = list(islice(reversed(events), n))  # (a follower's few: not a copy of them all)
+        tail.reverse()
+        return tail
 
     def changed(self) -> asyncio.Future[None]:
         """Resolves at the next append, at the end of the stream, or when its reader changes."""

@@ -97,18 +97,20 @@ class Choices(fanout.Fanout):
         on without its client for `detach_grace_s`, as a single one does."""
         headers = response_headers(self.jobs[0])
         streams = self._streams
-        log = streams.open(self.jobs[0].tenant, headers) if streams is not None else None
-        relay = ChoicesRelay(self, Tape(log) if log is not None else None)
-        resp = ex.sse({**SSE_HEADERS, **headers})
         writer = Writer(ex)
-        if log is not None:
-            log.attach(writer)
-        try:
-            return await self._stream(resp, relay)
-        except (asyncio.CancelledError, ConnectionResetError) as e:
-            if self._detach(ex, resp, relay, log, writer) and isinstance(e, ConnectionResetError):
-                return resp  # (it goes on without its client)
-            raise
+        log = streams.open(self.jobs[0].tenant, headers) if streams is not None else None
+        try:  # (an open log is finished whatever happens: a live one is never evicted)
+            relay = ChoicesRelay(self, Tape(log) if log is not None else None)
+            resp = ex.sse({**SSE_HEADERS, **headers})
+            if log is not None:
+                log.attach(writer)
+            try:
+                return await self._stream(resp, relay)
+            except (asyncio.CancelledError, ConnectionResetError) as e:
+                detached = self._detach(ex, resp, relay, log, writer)
+                if detached and isinstance(e, ConnectionResetError):
+                    return resp  # (it goes on without its client)
+                raise
         finally:
             if log is not None and not self.detached:
                 log.detach(writer)

@@ -61,7 +61,7 @@ async def follow(
                     break
                 else:
                     changed = log.changed()
-                    if log.since(seen) == []:
+                    if seen + 1 >= log.next_seq:  # (nothing new since `changed`)
                         done, _ = await asyncio.wait({changed}, timeout=keepalive_s)
                         if not done:
                             await resp.write(KEEPALIVE)

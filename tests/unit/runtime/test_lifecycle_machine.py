@@ -13,6 +13,7 @@ settled exactly once, its engine request finished or aborted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hypothesis import settings
@@ -263,6 +264,12 @@ class Runtime(RuleBasedStateMachine):
                 assert j.preemptions == 0 and j.migrations == 0, j.request.request_id
 
     @invariant()
+    def each_pool_knows_the_lowest_class_it_runs(self) -> None:
+        for pool in self.scheduler.pools.values():
+            classes = [j.priority for j in pool.running]
+            assert pool.running.lowest() == (min(classes) if classes else None)
+
+    @invariant()
     def engines_run_only_live_requests_once(self) -> None:
         for link in self.fleet.links:
             owners = [t for t in link.streams.values()]
@@ -305,3 +312,25 @@ RuntimeToTheEnd.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None
 )
 test_runtime = RuntimeToTheEnd.TestCase
+
+
+def test_a_full_pool_of_one_class_looks_at_no_running_job_for_a_waiter_of_that_class() -> None:
+    """Whether any running job is of a lower class is counted: a full pool (every request
+    at one class, the default) does not walk its running jobs for each new one."""
+    rt = Runtime()
+    looked: list[int] = []
+    policy = rt.scheduler._preemption
+
+    class Counted:
+        def choose(self, priority: int, running: Iterable[Job], now: float) -> object:
+            seen = list(running)
+            looked.append(len(seen))
+            return policy.choose(priority, seen, now)
+
+    rt.scheduler._preemption = Counted()  # type: ignore[assignment]
+    for _ in range(2 * SLOTS + 3):  # both engines full, three waiting
+        rt.arrive(priority=0, max_tokens=5, pinned=False)
+    assert sum(len(p.running) for p in rt.scheduler.pools.values()) == 2 * SLOTS
+    assert looked == []
+    rt.arrive(priority=5, max_tokens=5, pinned=False)  # a higher class: one is preempted
+    assert looked and looked[0] == 2 * SLOTS
