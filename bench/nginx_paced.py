@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from bench.cpu import cpu_ticks
-from bench.openai_backend import MODEL, ROOT, free_port, load, measure, process, wait_models
+from bench.openai_backend import ROOT, free_port, load, measure, process, stack, wait_models
 
 NGINX_CONF = """
 worker_processes 1;
@@ -65,28 +65,11 @@ def main() -> None:
         sys.exit("bench.nginx_paced: nginx is not installed")
     out = ROOT / a.out
     out.mkdir(parents=True, exist_ok=True)
-    py = sys.executable
-    server_port, sidecar_port, http_port, nginx_port = (free_port() for _ in range(4))
-    server_url = f"http://127.0.0.1:{server_port}"
+    server_url, gateway_url, (fake, side, gate) = stack(out, 4096, str(a.delay))
+    nginx_port = free_port()
     (out / "nginx.conf").write_text(
-        NGINX_CONF.format(dir=out, upstream=server_port, port=nginx_port)
+        NGINX_CONF.format(dir=out, upstream=server_url.rpartition(":")[2], port=nginx_port)
     )
-    sidecar = {
-        "name": "bench-openai",
-        "port": sidecar_port,
-        "backend": "openai",
-        "openai": {"base_url": server_url, "model": MODEL, "max_num_seqs": 4096},
-    }
-    gateway_yaml = out / "gateway.yaml"
-    gateway_yaml.write_text(
-        "gateway: {max_body_bytes: 1048576, default_max_tokens: 256}\n"
-        f"sidecars:\n  - {{name: bench-openai, address: '127.0.0.1:{sidecar_port}'}}\n"
-    )
-    fake = [py, "-m", "tests.fake_engine_server", str(server_port), str(a.delay)]
-    side = [py, "-m", "gateway", "sidecar", "--config-json", json.dumps(sidecar)]
-    gate = [py, "-m", "gateway", "gateway", "--config", str(gateway_yaml)]
-    gate += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
-    gate += ["--log-level", "WARNING"]
     ngx = [nginx, "-c", str(out / "nginx.conf"), "-p", str(out), "-g", "daemon off;"]
     rounds = []
     with (
@@ -95,7 +78,7 @@ def main() -> None:
         process(gate, out / "gateway.log") as gw,
         process(ngx, out / "nginx.log") as ng,
     ):
-        gateway_url, nginx_url = f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{nginx_port}"
+        nginx_url = f"http://127.0.0.1:{nginx_port}"
         asyncio.run(wait_models(server_url))
         asyncio.run(wait_models(gateway_url))
         asyncio.run(wait_models(nginx_url))

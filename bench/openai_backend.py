@@ -35,6 +35,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stack(out: Path, max_num_seqs: int, *fake_args: str) -> tuple[str, str, list[list[str]]]:
+    """The fake engine server (`fake_args` after its port), an `openai`-backend sidecar in front
+    of it and a gateway in front of that, on free ports, their configs under `out`: the server's
+    URL, the gateway's URL, and the three commands."""
+    py = sys.executable
+    server_port, sidecar_port, http_port = free_port(), free_port(), free_port()
+    server_url = f"http://127.0.0.1:{server_port}"
+    sidecar = {
+        "name": "bench-openai",
+        "port": sidecar_port,
+        "backend": "openai",
+        "openai": {"base_url": server_url, "model": MODEL, "max_num_seqs": max_num_seqs},
+    }
+    gateway_yaml = out / "gateway.yaml"
+    gateway_yaml.write_text(
+        "gateway: {max_body_bytes: 1048576, default_max_tokens: 256}\n"
+        f"sidecars:\n  - {{name: bench-openai, address: '127.0.0.1:{sidecar_port}'}}\n"
+    )
+    fake = [py, "-m", "tests.fake_engine_server", str(server_port), *fake_args]
+    side = [py, "-m", "gateway", "sidecar", "--config-json", json.dumps(sidecar)]
+    gate = [py, "-m", "gateway", "gateway", "--config", str(gateway_yaml)]
+    gate += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
+    gate += ["--log-level", "WARNING"]
+    return server_url, f"http://127.0.0.1:{http_port}", [fake, side, gate]
+
+
 @contextlib.contextmanager
 def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
@@ -114,31 +140,12 @@ def main() -> None:
     a = p.parse_args()
     out = ROOT / a.out
     out.mkdir(parents=True, exist_ok=True)
-    py = sys.executable
-    server_port, sidecar_port, http_port = free_port(), free_port(), free_port()
-    server_url = f"http://127.0.0.1:{server_port}"
-    sidecar = {
-        "name": "bench-openai",
-        "port": sidecar_port,
-        "backend": "openai",
-        "openai": {"base_url": server_url, "model": MODEL, "max_num_seqs": 1024},
-    }
-    gateway_yaml = out / "gateway.yaml"
-    gateway_yaml.write_text(
-        "gateway: {max_body_bytes: 1048576, default_max_tokens: 256}\n"
-        f"sidecars:\n  - {{name: bench-openai, address: '127.0.0.1:{sidecar_port}'}}\n"
-    )
-    fake = [py, "-m", "tests.fake_engine_server", str(server_port)]
-    side = [py, "-m", "gateway", "sidecar", "--config-json", json.dumps(sidecar)]
-    gate = [py, "-m", "gateway", "gateway", "--config", str(gateway_yaml)]
-    gate += ["--http-port", str(http_port), "--grpc-port", str(free_port())]
-    gate += ["--log-level", "WARNING"]
+    server_url, gateway_url, (fake, side, gate) = stack(out, 1024)
     with (
         process(fake, out / "server.log") as server,
         process(side, out / "sidecar.log") as sc,
         process(gate, out / "gateway.log") as gw,
     ):
-        gateway_url = f"http://127.0.0.1:{http_port}"
         asyncio.run(wait_models(server_url))
         asyncio.run(wait_models(gateway_url))
         asyncio.run(load(gateway_url, a.concurrency, 16, a.concurrency))  # warm up
