@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
+import math
 import sys
+import time
 from typing import Any, Final
 
 import orjson
@@ -25,13 +26,32 @@ def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
 
 
+_second: tuple[int, str] = (-1, "")  # the last second formatted, and its text (one object:
+# a logging thread reads a consistent pair)
+
+
+def iso_ms(created: float) -> str:
+    """`created` (seconds since the epoch) as UTC ISO 8601 to the millisecond, with a Z."""
+    frac, whole = math.modf(created)  # (rounded as datetime.fromtimestamp rounds)
+    us = round(frac * 1e6)
+    sec = int(whole)
+    if us >= 1_000_000:
+        sec, us = sec + 1, us - 1_000_000
+    elif us < 0:
+        sec, us = sec - 1, us + 1_000_000
+    global _second
+    known = _second
+    if known[0] != sec:
+        known = _second = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
+    return f"{known[1]}.{us // 1000:03d}Z"
+
+
 class JsonFormatter(logging.Formatter):
     """ts (UTC, ms), level, logger, msg, the `extra` fields, and exc when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
-        ts = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
         out: dict[str, Any] = {
-            "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts": iso_ms(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -94,21 +114,59 @@ def request_log(
     """The one line a request leaves when it ends (info level, message `request`)."""
     if not logger.isEnabledFor(logging.INFO):
         return
-    logger.info(
-        "request",
-        extra={
-            "id": request_id,
-            "tenant": tenant,
-            "model": model,
-            "class": klass,
-            "replica": replica,
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "ttft_ms": None if ttft_ms is None else round(ttft_ms, 3),
-            "e2e_ms": round(e2e_ms, 3),
-            "outcome": str(outcome),
-            "preemptions": preemptions,
-            "migrations": migrations,
-            "retries": retries,
-        },
-    )
+    fields = {
+        "id": request_id,
+        "tenant": tenant,
+        "model": model,
+        "class": klass,
+        "replica": replica,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "ttft_ms": None if ttft_ms is None else round(ttft_ms, 3),
+        "e2e_ms": round(e2e_ms, 3),
+        "outcome": str(outcome),
+        "preemptions": preemptions,
+        "migrations": migrations,
+        "retries": retries,
+    }
+    handler = _only_json_handler(logger)
+    if handler is not None:
+        # The line the formatter would make, without a LogRecord (a request's cost).
+        head = {"ts": iso_ms(time.time()), "level": "info", "logger": logger.name}
+        line = orjson.dumps({**head, "msg": "request", **fields}, default=str).decode()
+        handler.acquire()
+        try:
+            handler.stream.write(line + handler.terminator)
+            handler.flush()
+            return
+        except Exception:
+            pass  # (logging's own path below says it, as it says a failed write)
+        finally:
+            handler.release()
+    logger.info("request", extra=fields)
+
+
+def _only_json_handler(logger: logging.Logger) -> logging.StreamHandler[Any] | None:
+    """setup()'s handler, when a record of `logger` at info would reach it alone, through no
+    filter and with JSON lines: the request line may then be written directly."""
+    h = _handler
+    if (
+        not isinstance(h, logging.StreamHandler)
+        or not isinstance(h.formatter, JsonFormatter)
+        or h.filters
+        or logger.filters
+        or logger.disabled
+        or h.level > logging.INFO
+    ):
+        return None
+    found = False
+    c: logging.Logger | None = logger
+    while c is not None:
+        for x in c.handlers:
+            if x is not h:
+                return None
+            found = True
+        if not c.propagate:
+            break
+        c = c.parent
+    return h if found else None

@@ -36,8 +36,8 @@ class StreamMetrics:
             ["api"],
             registry=r,
         )
-        for reason in EVICTION_REASONS:
-            self._evictions.labels(reason)
+        # (a full store evicts at every new stream: the children are looked up once)
+        self._evicted = {reason: self._evictions.labels(reason) for reason in EVICTION_REASONS}
         for api in RESUME_APIS:
             self._resumes.labels(api)
 
@@ -46,7 +46,7 @@ class StreamMetrics:
         self._streams.set_function(lambda: len(store.logs))
 
     def evicted(self, reason: str) -> None:
-        self._evictions.labels(reason if reason in EVICTION_REASONS else "room").inc()
+        (self._evicted.get(reason) or self._evicted["room"]).inc()
 
     def refused(self) -> None:
         self._unkept.inc()

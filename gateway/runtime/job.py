@@ -165,8 +165,8 @@ class Job:
             self.state = TABLE[(_STREAMING, _FINISH)]
             self.finish = d.finish
             self.outcome = "ok" if d.finish is Finish.STOP else "length"
+            self.out.push(d)  # (first: its client's answer is written before the settling)
             self.events.post(Finished(self))
-            self.out.push(d)
             return
         self.out.push(d)
 

@@ -169,6 +169,11 @@ class StreamLog:
         """Nobody read it for `grace_s`: its producer may stop."""
         return self.reader is None and now - self.left_at >= grace_s
 
+    def discard(self) -> None:
+        """A stream whose id was never told: gone from the store at once (not kept finished)."""
+        if not self.finished and self._store.logs.get(self.sid) is self:
+            self._store._evict((self.sid,), counted=False)
+
     def finish(self) -> None:
         """The producer is done: the events are kept for `retention_s` from now."""
         if not self.finished:
@@ -210,14 +215,14 @@ class StreamStore:
         held = Totals(len(logs), self.nbytes, len(self.finished), self.finished_nbytes)
         return plan(finished, held, self.limits, now, streams, 0)
 
-    def _evict(self, sids: tuple[str, ...]) -> None:
+    def _evict(self, sids: tuple[str, ...], counted: bool = True) -> None:
         now = self.clock()
         for sid in sids:
             log = self.logs.pop(sid)
             if self.finished.pop(sid, None) is not None:
                 self.finished_nbytes -= log._when_finished
             self.nbytes -= log.nbytes
-            if self.counters is not None:
+            if counted and self.counters is not None:
                 expired = log.finished_at + self.limits.retention_s <= now
                 self.counters.evicted("expired" if expired else "room")
             log.first += len(log.events)  # a reader still on it learns its events are gone

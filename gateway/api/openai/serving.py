@@ -167,13 +167,15 @@ class OpenAIServing:
         store keeps goes on without its client for `detach_grace_s` (run_detached)."""
         log: StreamLog | None = None
         writer = Writer(ex)
-        handed = False
+        handed = started = False
         try:
-            batch = await gen.take()
+            # The engine request leaves on the link when this task yields: yield first, and
+            # set the stream up while the engine works on it (not after its first token).
+            await asyncio.sleep(0)
             req = gen.request
-            headers = response_headers(gen)
+            kept: dict[str, str] = {}  # the stream id's header, once kept
             if self.streams is not None:
-                log = self.streams.open(gen.tenant, headers)
+                log = self.streams.open(gen.tenant, kept)
             fmt = formatter(kind == "chat", req.sampling)
             role = response_role(req.generation)
             created = int(time.time())
@@ -185,8 +187,12 @@ class OpenAIServing:
             usage = ChoiceUsage() if req.continuous_usage else None
             answer = Answer(req.generation.tools, req.hide_reasoning)
             relay = Relay(req, enc, Tally(), answer, tape, ids, usage, prompt_ids)
+            batch = await gen.take()
+            headers = response_headers(gen)  # (the replica's, once placed)
+            headers.update(kept)
             if log is not None:
                 log.attach(writer)
+            started = True
             resp = ex.sse({**SSE_HEADERS, **headers})
             await resp.start()
             try:
@@ -198,7 +204,9 @@ class OpenAIServing:
                 raise
         finally:
             if not handed:
-                if log is not None:
+                if log is not None and not started:
+                    log.discard()  # it failed before its head: nobody knows its id
+                elif log is not None:
                     log.detach(writer)  # (its connection may serve another request next)
                     log.finish()
                 gen.close()

@@ -135,3 +135,93 @@ def test_text_format_appends_extras() -> None:
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", (), None)
     record.replica = "sim-a"
     assert obslog.TextFormatter().format(record).endswith("x: hello replica=sim-a")
+
+
+@pytest.fixture
+def root_json() -> Iterator[io.StringIO]:
+    """setup()'s handler on the root logger, writing to a buffer."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    for h in before:
+        root.removeHandler(h)
+    obslog.setup("INFO", json=True)
+    assert isinstance(obslog._handler, logging.StreamHandler)
+    out = io.StringIO()
+    obslog._handler.setStream(out)
+    try:
+        yield out
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in before:
+            root.addHandler(h)
+        root.setLevel(level)
+
+
+def _one_request(**over: object) -> None:
+    fields: dict[str, object] = {
+        "request_id": "r-9",
+        "tenant": "acme",
+        "model": "llama",
+        "klass": 1,
+        "replica": "sim-b",
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "ttft_ms": 1.23456,
+        "e2e_ms": 9.87654,
+        "outcome": Outcome.OK,
+        **over,
+    }
+    obslog.request_log(**fields)  # type: ignore[arg-type]
+
+
+def test_request_line_skips_the_log_record_when_only_the_json_handler_hears_it(
+    root_json: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The usual set-up (setup()'s handler alone): the line is written without a LogRecord,
+    # and it is the line the formatter writes, key for key and in the same order.
+    def no_record(*a: object, **k: object) -> logging.LogRecord:
+        raise AssertionError("a LogRecord was made")
+
+    root = logging.getLogger()
+    others = [h for h in root.handlers if h is not obslog._handler]  # (pytest's own)
+    with monkeypatch.context() as m:
+        m.setattr(root, "handlers", [obslog._handler])
+        m.setattr(logging.Logger, "makeRecord", no_record)
+        _one_request()
+    assert others == [h for h in root.handlers if h is not obslog._handler]
+    direct = root_json.getvalue()
+    root_json.seek(0)
+    root_json.truncate()
+    assert obslog._handler is not None
+    obslog._handler.addFilter(lambda r: True)  # (a filter: logging's own path)
+    _one_request()
+    through_logging = root_json.getvalue()
+    a, b = orjson.loads(direct), orjson.loads(through_logging)
+    assert direct.endswith("\n") and direct.count("\n") == 1
+    assert list(a) == list(b)
+    assert {k: v for k, v in a.items() if k != "ts"} == {k: v for k, v in b.items() if k != "ts"}
+    assert a["logger"] == "shardgate.request" and a["msg"] == "request" and a["ttft_ms"] == 1.235
+
+
+def test_request_line_goes_through_logging_when_another_handler_hears_it(
+    root_json: io.StringIO, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="shardgate.request"):
+        _one_request()
+    (record,) = [r for r in caplog.records if r.name == "shardgate.request"]
+    assert record.getMessage() == "request" and record.__dict__["tenant"] == "acme"
+    assert orjson.loads(root_json.getvalue())["id"] == "r-9"  # and the JSON handler's line
+
+
+def test_timestamps_round_as_datetime_does() -> None:
+    import datetime
+    import random
+
+    rng = random.Random(7)
+    for _ in range(20_000):
+        t = rng.uniform(0, 4e9)
+        if rng.random() < 0.5:
+            t = round(t, 3) + rng.choice([0.0005, -0.0005, 5e-7, 0.9999995])
+        want = datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="milliseconds")
+        assert obslog.iso_ms(t) == want.replace("+00:00", "Z"), t
