@@ -206,6 +206,6 @@ async def resume(
                 events = log.since(after)
     finally:
         log.detach(follower)
-    tail = log.events[-1] if log.events else b""
+    tail = log.last() or b""
     if not tail or not pb.GenerateResponse.FromString(tail).finish_reason:
         await context.abort(grpc.StatusCode.UNAVAILABLE, "The stream ended before its end.")

@@ -3,9 +3,9 @@
 Bounds: per stream, its newest `max_stream_events` events within `max_stream_bytes` (older ones
 are dropped: a reader can no longer start before them); per process, `max_streams` streams and
 `max_bytes` bytes of events (an event past that evicts finished streams, then trims its own
-stream; each event counts its bytes plus EVENT_OVERHEAD). A finished stream stays for
-`retention_s`. A stream the store cannot keep is not
-opened (`open` returns None): the caller serves it without resume.
+stream; each event counts the bytes it is kept in plus EVENT_OVERHEAD: a stream's events are
+kept packed, compact.py). A finished stream stays for `retention_s`. A stream the store cannot
+keep is not opened (`open` returns None): the caller serves it without resume.
 
 The producer appends on the token path (no await, no task): an append wakes the stream's
 reader, if one waits. One reader at a time: attaching replaces the one before.
@@ -22,12 +22,15 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Protocol
 
+from gateway.streams.compact import Shape, learn
 from gateway.streams.owner import STREAM
 from gateway.streams.policy import Held, Limits, Plan, Totals, plan
 
 # What an event costs beyond its bytes (the bytes object's header, its slot in the deque):
 # counted with them, so that `max_bytes` bounds the memory the events take.
 EVENT_OVERHEAD = 48
+# The events a stream may keep whole while it learns their shape (compact.py).
+LEARN_TRIES = 4
 
 
 class Reader(Protocol):
@@ -42,11 +45,17 @@ class StoreCounters(Protocol):
 
 class StreamLog:
     __slots__ = (
+        "_id_prefix",
+        "_learning",
         "_max_bytes",
         "_max_events",
+        "_packed_from",
+        "_ref",
+        "_shape",
         "_store",
         "_wake",
         "_when_finished",
+        "_whole",
         "events",
         "finished_at",
         "first",
@@ -64,7 +73,7 @@ class StreamLog:
         self.tenant = tenant
         self.kind = kind  # what its events are ("sse", "grpc"): a reader of another kind
         # does not find it
-        self.events: deque[bytes] = deque()
+        self.events: deque[bytes] = deque()  # as kept: each whole, or packed by `_shape`
         self.first = 1  # the sequence number of events[0]
         self.nbytes = 0
         self.finished_at = math.inf
@@ -74,6 +83,13 @@ class StreamLog:
         self._max_bytes = store.max_stream_bytes
         self._max_events = store.max_stream_events
         self._when_finished = 0  # its bytes when it finished, counted in the store's
+        # Packing (compact.py): events from `_packed_from` on are packed, but those in `_whole`.
+        self._id_prefix = b"id: " + sid.encode() + b":"
+        self._shape: Shape | None = None
+        self._packed_from = math.inf
+        self._whole: set[int] | None = None  # (made when one is)
+        self._ref: bytes | None = None  # the last event, while its shape is being learned
+        self._learning = LEARN_TRIES
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -87,9 +103,33 @@ class StreamLog:
     def finished(self) -> bool:
         return self.finished_at != math.inf
 
+    def _kept(self, data: bytes, seq: int) -> bytes:
+        """Event `seq` as it is kept: packed when it has the stream's shape."""
+        shape = self._shape
+        if shape is not None:
+            own = shape.pack(data, seq)
+            if own is not None:
+                return own
+            if self._whole is None:
+                self._whole = set()
+            self._whole.add(seq)
+            return data
+        if self._learning:
+            ref = self._ref
+            if ref is not None:
+                self._learning -= 1
+                shape = self._shape = learn(ref, data, seq - 1, self._id_prefix)
+                if shape is not None:
+                    self._packed_from = seq + 1
+                    self._ref = None
+                    return data
+            self._ref = data if self._learning else None
+        return data
+
     def append(self, data: bytes) -> None:
         """Keep one event (numbered `next_seq`)."""
         events = self.events
+        data = self._kept(data, self.first + len(events))
         events.append(data)
         n = len(data) + EVENT_OVERHEAD
         self.nbytes += n
@@ -107,8 +147,10 @@ class StreamLog:
     def extend(self, frames: list[bytes]) -> None:
         """Keep several events at once (numbered from `next_seq` on)."""
         events = self.events
-        events.extend(frames)
-        n = sum(map(len, frames)) + EVENT_OVERHEAD * len(frames)
+        seq = self.first + len(events)
+        kept = [self._kept(f, seq + i) for i, f in enumerate(frames)]
+        events.extend(kept)
+        n = sum(map(len, kept)) + EVENT_OVERHEAD * len(kept)
         self.nbytes += n
         store = self._store
         store.nbytes += n
@@ -129,6 +171,8 @@ class StreamLog:
 
     def drop_oldest(self) -> None:
         n = len(self.events.popleft()) + EVENT_OVERHEAD
+        if self._whole is not None:
+            self._whole.discard(self.first)
         self.first += 1
         self.nbytes -= n
         self._store.nbytes -= n
@@ -142,10 +186,26 @@ class StreamLog:
         if n <= 0:
             return []
         if n == len(events):
-            return list(events)
-        tail = list(islice(reversed(events), n))  # (a follower's few: not a copy of them all)
-        tail.reverse()
-        return tail
+            tail = list(events)
+        else:
+            tail = list(islice(reversed(events), n))  # (a follower's few: not all copied)
+            tail.reverse()
+        shape = self._shape
+        if shape is None:
+            return tail
+        seq = after + 1
+        packed_from, whole, unpack = self._packed_from, self._whole or (), shape.unpack
+        return [
+            e if s < packed_from or s in whole else unpack(e, s)
+            for s, e in enumerate(tail, start=seq)
+        ]
+
+    def last(self) -> bytes | None:
+        """The newest event kept, whole (None: none is)."""
+        if not self.events:
+            return None
+        got = self.since(self.next_seq - 2)
+        return got[-1] if got else None
 
     def changed(self) -> asyncio.Future[None]:
         """Resolves at the next append, at the end of the stream, or when its reader changes."""
@@ -227,6 +287,7 @@ class StreamStore:
                 self.counters.evicted("expired" if expired else "room")
             log.first += len(log.events)  # a reader still on it learns its events are gone
             log.events.clear()
+            log._whole = None
             log.nbytes = 0
             log._wake_up()
 
