@@ -14,7 +14,7 @@ from gateway.api.grpc_tools import fill_parsed
 from gateway.api.openai.answer import Answer
 from gateway.api.openai.resume import Follower
 from gateway.streams.hub import Streams
-from gateway.streams.store import StreamLog
+from gateway.streams.store import REPLAY_BATCH, StreamLog
 from gateway.types import FINISH_REASON, Delta, GatewayError, GenerationRequest, Logprobs
 
 KIND = "grpc"
@@ -176,7 +176,7 @@ async def resume(
         await context.abort(grpc.StatusCode.NOT_FOUND, f"No stream `{request.stream_id}`.")
         return
     after = request.after_seq
-    events = log.since(after)
+    events = log.since(after, REPLAY_BATCH)
     if events is None:
         await context.abort(
             grpc.StatusCode.OUT_OF_RANGE, f"Responses up to {log.first - 1} are no longer kept."
@@ -198,12 +198,12 @@ async def resume(
             if log.finished and after + 1 >= log.next_seq:
                 break
             changed = log.changed()
-            events = log.since(after)
+            events = log.since(after, REPLAY_BATCH)
             if events == []:
                 done, _ = await asyncio.wait({changed}, timeout=wait_s)
                 if not done:
                     yield None
-                events = log.since(after)
+                events = log.since(after, REPLAY_BATCH)
     finally:
         log.detach(follower)
     tail = log.last() or b""

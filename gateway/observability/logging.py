@@ -130,20 +130,25 @@ def request_log(
         "retries": retries,
     }
     handler = _only_json_handler(logger)
-    if handler is not None:
-        # The line the formatter would make, without a LogRecord (a request's cost).
-        head = {"ts": iso_ms(time.time()), "level": "info", "logger": logger.name}
+    if handler is None:
+        logger.info("request", extra=fields)
+        return
+    # The line the formatter would make, without a LogRecord (a request's cost).
+    head = {"ts": iso_ms(time.time()), "level": "info", "logger": logger.name}
+    try:
         line = orjson.dumps({**head, "msg": "request", **fields}, default=str).decode()
-        handler.acquire()
-        try:
-            handler.stream.write(line + handler.terminator)
-            handler.flush()
-            return
-        except Exception:
-            pass  # (logging's own path below says it, as it says a failed write)
-        finally:
-            handler.release()
-    logger.info("request", extra=fields)
+    except Exception:
+        logger.info("request", extra=fields)  # (its formatter fails the same way, and says so)
+        return
+    handler.acquire()
+    try:
+        handler.stream.write(line + handler.terminator)
+        handler.flush()
+    except Exception:  # as StreamHandler.emit does
+        record = logging.LogRecord(logger.name, logging.INFO, "", 0, "request", (), None)
+        handler.handleError(record)
+    finally:
+        handler.release()
 
 
 def _only_json_handler(logger: logging.Logger) -> logging.StreamHandler[Any] | None:

@@ -3,19 +3,26 @@
 The events of one stream are alike: an SSE chunk is its id line (`id: <stream>:<seq>`), then
 the same ~150 bytes (`data: {"id":"chatcmpl-…","object":…,"model":…,"choices":[{"index":0,
 "delta":{`), its few bytes of text, and the same ~45 bytes again (`},"logprobs":null,…}]}`).
-From two consecutive events a stream learns its `Shape` (the id line, if both had theirs, and
-the bytes they share at their start and their end); each later event that has that shape is
-kept as its own bytes only, and made whole again, byte for byte, when a reader asks for it.
-An event of another shape is kept whole. Whatever the events are (gRPC messages, Responses
-events), nothing is lost: the worst case keeps every event whole.
+From two consecutive events a stream learns a `Shape` (the id line, if both had theirs, and
+the bytes they share at their start and their end); each later event that has a shape it
+learned is kept as its own bytes only, and made whole again, byte for byte, when a reader asks
+for it. An event of no shape it knows is kept whole, and with the one before it may teach it
+another (a Responses stream: its first events are whole responses, its deltas come after).
+Whatever the events are (gRPC messages, Responses events), nothing is lost: the worst case
+keeps every event whole, one flag byte each.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from itertools import islice
 from typing import Final
 
 # What two events must share (start and end together) for a stream to pack its events.
 MIN_SHARED: Final = 32
+# Shapes a stream may learn, and how many times it may try (each try compares two events).
+MAX_SHAPES: Final = 3
+LEARN_TRIES: Final = 8
 
 
 def shared_head(a: bytes, b: bytes) -> int:
@@ -69,6 +76,11 @@ class Shape:
             return b"".join((self.head, own, self.tail))
         return b"%s%d\n%s%s%s" % (self.id_prefix, seq, self.head, own, self.tail)
 
+    def whole_len(self, own: bytes, seq: int) -> int:
+        """The length of event `seq` whole, from what `pack` kept of it."""
+        n = self._head_len + len(own) + self._tail_len
+        return n if self.id_prefix is None else n + self._id_len + len(b"%d\n" % seq)
+
 
 def learn(a: bytes, b: bytes, seq: int, id_prefix: bytes) -> Shape | None:
     """The shape of events `seq` (`a`) and `seq + 1` (`b`), or None: they share too little."""
@@ -81,3 +93,119 @@ def learn(a: bytes, b: bytes, seq: int, id_prefix: bytes) -> Shape | None:
     if head + tail < MIN_SHARED:
         return None
     return Shape(idp, a[:head], a[len(a) - tail :])
+
+
+class Events:
+    """One stream's events as kept, oldest first: each event's kept bytes and a flag (0: whole,
+    k: packed by the k-th shape). `sent`: the bytes of its events whole (what a replay of them
+    all gives)."""
+
+    __slots__ = (
+        "_flags",
+        "_hot",
+        "_hot_k",
+        "_id_prefix",
+        "_kept",
+        "_ref",
+        "_ref_seq",
+        "_shapes",
+        "_tries",
+        "n",
+        "sent",
+    )
+
+    def __init__(self, id_prefix: bytes) -> None:
+        self._id_prefix = id_prefix
+        self._kept: deque[bytes] = deque()
+        self._flags = bytearray()  # (deleting from its front is O(1))
+        self._shapes: list[Shape] = []
+        self._hot: Shape | None = None  # the shape the newest packed event had
+        self._hot_k = 0
+        self._ref: bytes | None = None  # the newest event, kept whole, while learning
+        self._ref_seq = 0
+        self._tries = LEARN_TRIES
+        self.n = 0  # events kept
+        self.sent = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def kept_bytes(self) -> int:
+        return sum(map(len, self._kept))
+
+    def add(self, data: bytes, seq: int) -> int:
+        """Keep event `seq` (the next); returns the bytes it is kept in."""
+        self.sent += len(data)
+        self.n += 1
+        hot = self._hot
+        if hot is not None:
+            own = hot.pack(data, seq)
+            if own is not None:
+                self._kept.append(own)
+                self._flags.append(self._hot_k)
+                return len(own)
+        return self._add(data, seq)
+
+    def _add(self, data: bytes, seq: int) -> int:
+        shapes = self._shapes
+        for k, shape in enumerate(shapes, 1):
+            if shape is not self._hot and (own := shape.pack(data, seq)) is not None:
+                self._hot, self._hot_k = shape, k
+                self._kept.append(own)
+                self._flags.append(k)
+                return len(own)
+        self._kept.append(data)
+        self._flags.append(0)
+        if self._tries and len(shapes) < MAX_SHAPES:
+            ref = self._ref
+            if ref is not None and self._ref_seq == seq - 1:
+                self._tries -= 1
+                learned = learn(ref, data, seq - 1, self._id_prefix)
+                if learned is not None:
+                    shapes.append(learned)
+                    self._hot, self._hot_k = learned, len(shapes)
+                    self._ref = None
+                    return len(data)
+            self._ref, self._ref_seq = (data, seq) if self._tries else (None, 0)
+        return len(data)
+
+    def popleft(self, seq: int) -> tuple[int, int]:
+        """Drop the oldest event (numbered `seq`); returns the bytes it was kept in and sent in."""
+        own = self._kept.popleft()
+        self.n -= 1
+        k = self._flags[0]
+        del self._flags[:1]
+        if self._ref_seq == seq:
+            self._ref = None
+        whole = len(own) if k == 0 else self._shapes[k - 1].whole_len(own, seq)
+        self.sent -= whole
+        return len(own), whole
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._flags.clear()
+        self._ref = None
+        self.n = self.sent = 0
+
+    def tail(self, n: int, seq: int, count: int | None = None) -> list[bytes]:
+        """`count` (default all) of the newest `n` events, oldest first (the first numbered
+        `seq`), whole."""
+        kept = self._kept
+        size = len(kept)
+        n = min(n, size)
+        count = n if count is None else min(count, n)
+        if count <= 0:
+            return []
+        if count == n:  # to the newest: read from the end (a follower's few, not all copied)
+            got = list(kept) if n == size else list(islice(reversed(kept), n))[::-1]
+        else:
+            got = list(islice(kept, size - n, size - n + count))
+        shapes = self._shapes
+        if not shapes:
+            return got
+        at = size - n
+        flags = self._flags[at : at + count]
+        return [
+            e if k == 0 else shapes[k - 1].unpack(e, s)
+            for s, (k, e) in enumerate(zip(flags, got, strict=True), start=seq)
+        ]

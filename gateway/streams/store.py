@@ -17,20 +17,19 @@ import asyncio
 import math
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
-from itertools import islice
 from typing import Protocol
 
-from gateway.streams.compact import Shape, learn
+from gateway.streams.compact import Events
 from gateway.streams.owner import STREAM
 from gateway.streams.policy import Held, Limits, Plan, Totals, plan
 
+# A reader replays at most this many events at a time (each made whole again), letting the
+# loop run between batches.
+REPLAY_BATCH = 1024
 # What an event costs beyond its bytes (the bytes object's header, its slot in the deque):
 # counted with them, so that `max_bytes` bounds the memory the events take.
 EVENT_OVERHEAD = 48
-# The events a stream may keep whole while it learns their shape (compact.py).
-LEARN_TRIES = 4
 
 
 class Reader(Protocol):
@@ -45,17 +44,11 @@ class StoreCounters(Protocol):
 
 class StreamLog:
     __slots__ = (
-        "_id_prefix",
-        "_learning",
         "_max_bytes",
         "_max_events",
-        "_packed_from",
-        "_ref",
-        "_shape",
         "_store",
         "_wake",
         "_when_finished",
-        "_whole",
         "events",
         "finished_at",
         "first",
@@ -73,7 +66,7 @@ class StreamLog:
         self.tenant = tenant
         self.kind = kind  # what its events are ("sse", "grpc"): a reader of another kind
         # does not find it
-        self.events: deque[bytes] = deque()  # as kept: each whole, or packed by `_shape`
+        self.events = Events(b"id: " + sid.encode() + b":")  # (kept packed: compact.py)
         self.first = 1  # the sequence number of events[0]
         self.nbytes = 0
         self.finished_at = math.inf
@@ -83,13 +76,6 @@ class StreamLog:
         self._max_bytes = store.max_stream_bytes
         self._max_events = store.max_stream_events
         self._when_finished = 0  # its bytes when it finished, counted in the store's
-        # Packing (compact.py): events from `_packed_from` on are packed, but those in `_whole`.
-        self._id_prefix = b"id: " + sid.encode() + b":"
-        self._shape: Shape | None = None
-        self._packed_from = math.inf
-        self._whole: set[int] | None = None  # (made when one is)
-        self._ref: bytes | None = None  # the last event, while its shape is being learned
-        self._learning = LEARN_TRIES
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -97,47 +83,29 @@ class StreamLog:
 
     @property
     def next_seq(self) -> int:
-        return self.first + len(self.events)
+        return self.first + self.events.n
 
     @property
     def finished(self) -> bool:
         return self.finished_at != math.inf
 
-    def _kept(self, data: bytes, seq: int) -> bytes:
-        """Event `seq` as it is kept: packed when it has the stream's shape."""
-        shape = self._shape
-        if shape is not None:
-            own = shape.pack(data, seq)
-            if own is not None:
-                return own
-            if self._whole is None:
-                self._whole = set()
-            self._whole.add(seq)
-            return data
-        if self._learning:
-            ref = self._ref
-            if ref is not None:
-                self._learning -= 1
-                shape = self._shape = learn(ref, data, seq - 1, self._id_prefix)
-                if shape is not None:
-                    self._packed_from = seq + 1
-                    self._ref = None
-                    return data
-            self._ref = data if self._learning else None
-        return data
+    @property
+    def whole_bytes(self) -> int:
+        """Its events' bytes as sent, each with EVENT_OVERHEAD: what its own bounds count (a
+        replay of them all is never larger than `max_stream_bytes`)."""
+        events = self.events
+        return events.sent + EVENT_OVERHEAD * len(events)
 
     def append(self, data: bytes) -> None:
         """Keep one event (numbered `next_seq`)."""
         events = self.events
-        data = self._kept(data, self.first + len(events))
-        events.append(data)
-        n = len(data) + EVENT_OVERHEAD
+        n = events.add(data, self.first + events.n) + EVENT_OVERHEAD
         self.nbytes += n
         store = self._store
         store.nbytes += n
         if (
-            self.nbytes > self._max_bytes
-            or len(events) > self._max_events
+            events.sent + EVENT_OVERHEAD * events.n > self._max_bytes
+            or events.n > self._max_events
             or store.nbytes > store.max_bytes
         ):
             store.trim(self)
@@ -147,16 +115,15 @@ class StreamLog:
     def extend(self, frames: list[bytes]) -> None:
         """Keep several events at once (numbered from `next_seq` on)."""
         events = self.events
-        seq = self.first + len(events)
-        kept = [self._kept(f, seq + i) for i, f in enumerate(frames)]
-        events.extend(kept)
-        n = sum(map(len, kept)) + EVENT_OVERHEAD * len(kept)
+        seq = self.first + events.n
+        add = events.add
+        n = sum([add(f, seq + i) for i, f in enumerate(frames)]) + EVENT_OVERHEAD * len(frames)
         self.nbytes += n
         store = self._store
         store.nbytes += n
         if (
-            self.nbytes > self._max_bytes
-            or len(events) > self._max_events
+            events.sent + EVENT_OVERHEAD * events.n > self._max_bytes
+            or events.n > self._max_events
             or store.nbytes > store.max_bytes
         ):
             store.trim(self)
@@ -170,42 +137,25 @@ class StreamLog:
             w.set_result(None)
 
     def drop_oldest(self) -> None:
-        n = len(self.events.popleft()) + EVENT_OVERHEAD
-        if self._whole is not None:
-            self._whole.discard(self.first)
+        kept, _ = self.events.popleft(self.first)
+        n = kept + EVENT_OVERHEAD
         self.first += 1
         self.nbytes -= n
         self._store.nbytes -= n
 
-    def since(self, after: int) -> list[bytes] | None:
-        """The events after sequence number `after`; None when some of them were dropped."""
+    def since(self, after: int, limit: int | None = None) -> list[bytes] | None:
+        """The events after sequence number `after` (the first `limit` of them, when given: a
+        reader replays a long stream in batches); None when some of them were dropped."""
         if after + 1 < self.first:
             return None
-        events = self.events
-        n = len(events) - (after + 1 - self.first)
+        n = self.events.n - (after + 1 - self.first)
         if n <= 0:
             return []
-        if n == len(events):
-            tail = list(events)
-        else:
-            tail = list(islice(reversed(events), n))  # (a follower's few: not all copied)
-            tail.reverse()
-        shape = self._shape
-        if shape is None:
-            return tail
-        seq = after + 1
-        packed_from, whole, unpack = self._packed_from, self._whole or (), shape.unpack
-        return [
-            e if s < packed_from or s in whole else unpack(e, s)
-            for s, e in enumerate(tail, start=seq)
-        ]
+        return self.events.tail(n, after + 1, limit)
 
     def last(self) -> bytes | None:
         """The newest event kept, whole (None: none is)."""
-        if not self.events:
-            return None
-        got = self.since(self.next_seq - 2)
-        return got[-1] if got else None
+        return self.events.tail(1, self.next_seq - 1)[0] if len(self.events) else None
 
     def changed(self) -> asyncio.Future[None]:
         """Resolves at the next append, at the end of the stream, or when its reader changes."""
@@ -236,7 +186,7 @@ class StreamLog:
 
     def finish(self) -> None:
         """The producer is done: the events are kept for `retention_s` from now."""
-        if not self.finished:
+        if not self.finished and self._store.logs.get(self.sid) is self:
             store = self._store
             self.finished_at = store.clock()
             store.finished[self.sid] = self.finished_at
@@ -287,7 +237,6 @@ class StreamStore:
                 self.counters.evicted("expired" if expired else "room")
             log.first += len(log.events)  # a reader still on it learns its events are gone
             log.events.clear()
-            log._whole = None
             log.nbytes = 0
             log._wake_up()
 
@@ -332,7 +281,7 @@ class StreamStore:
         """`log` is over a bound: drop its oldest events, or evict finished streams for the
         process's bytes (then drop its own oldest if that was not enough)."""
         while log.events and (
-            log.nbytes > self.max_stream_bytes or len(log.events) > self.max_stream_events
+            log.whole_bytes > self.max_stream_bytes or len(log.events) > self.max_stream_events
         ):
             log.drop_oldest()
         if self.nbytes <= self.limits.max_bytes:

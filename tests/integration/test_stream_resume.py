@@ -18,6 +18,7 @@ from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from engine_sidecar.backends.sim import SimConfig
+from gateway.streams.store import REPLAY_BATCH
 from tests.integration.cluster import Cluster
 from tests.integration.poll import until
 from tests.integration.test_cancellation import running
@@ -445,3 +446,23 @@ def test_drill_200_streams_dropped_at_random_points_and_reattached(drill: Cluste
         assert resumed == whole, seed
     assert store.nbytes <= 4194304
     until(lambda: running(drill) == 0, what="every request ended")
+
+
+def test_a_stream_longer_than_a_replay_batch_is_replayed_whole(kept: Cluster) -> None:
+    # More events than REPLAY_BATCH: replayed in batches, the same bytes in the same order.
+    body = {
+        "model": "sim-llama",
+        "messages": MESSAGES,
+        "stream": True,
+        "max_tokens": REPLAY_BATCH + 100,
+        "ignore_eos": True,
+    }
+    conn, resp = post_stream(kept, body)
+    sid = resp.headers["x-shardgate-stream-id"]
+    events = read_events(resp)
+    conn.close()
+    assert len(events) > REPLAY_BATCH + 100
+    with httpx.Client(base_url=kept.http_url, timeout=30) as h:
+        r = h.get(f"/v1/streams/{sid}", headers={"Authorization": "Bearer sk-alpha"})
+    assert r.status_code == 200
+    assert r.text.encode() == "".join(f"id: {i}\ndata: {d}\n\n" for i, d in events).encode()

@@ -18,7 +18,7 @@ from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse
 from gateway.policy.tenants import Tenants, bearer_key
 from gateway.streams.hub import STREAM_ID_HEADER, Streams
 from gateway.streams.sse import parse_last_event_id
-from gateway.streams.store import StreamLog
+from gateway.streams.store import REPLAY_BATCH, StreamLog
 from gateway.types import GatewayError, InvalidRequest
 
 # A write to a reattached client that stops reading gives up after this long.
@@ -80,7 +80,7 @@ class Resume:
         sid = request.match_info["stream_id"]
         log = self.find(sid, bearer_key(request.headers.get("Authorization")))
         after = after_of(request, sid)
-        events = log.since(after)
+        events = log.since(after, REPLAY_BATCH)
         if events is None:
             raise StreamGone(
                 f"Events up to {log.first - 1} of stream `{sid}` are no longer kept.", "after"
@@ -114,15 +114,17 @@ class Resume:
             if events:
                 after += len(events)
                 await self._write(resp, b"".join(events))
+                if len(events) == REPLAY_BATCH:
+                    await asyncio.sleep(0)  # (a long replay lets the loop run between batches)
             if follower.gone or (log.finished and after + 1 >= log.next_seq):
                 break
             changed = log.changed()
-            events = log.since(after)
+            events = log.since(after, REPLAY_BATCH)
             if events == []:
                 done, _ = await asyncio.wait({changed}, timeout=self.keepalive_s)
                 if not done and not follower.gone:
                     await self._write(resp, KEEPALIVE)
-                events = log.since(after)
+                events = log.since(after, REPLAY_BATCH)
         async with asyncio.timeout(WRITE_TIMEOUT_S):
             await resp.write_eof()
 

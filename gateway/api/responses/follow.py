@@ -14,7 +14,7 @@ import asyncio
 from aiohttp import web
 
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, SSEResponse
-from gateway.streams.store import StreamLog
+from gateway.streams.store import REPLAY_BATCH, StreamLog
 from gateway.types import InvalidRequest
 
 __all__ = ["KIND", "events_after", "follow"]
@@ -28,7 +28,7 @@ CLOSE_TIMEOUT_S = 30.0
 def events_after(log: StreamLog, after: int) -> list[bytes]:
     """The kept events after `sequence_number` `after`; a 400 naming `starting_after` when
     some of them are no longer kept (past the stream's bounds, or evicted)."""
-    events = log.since(after + 1)
+    events = log.since(after + 1, REPLAY_BATCH)
     if events is None:
         raise InvalidRequest(
             f"Invalid value for 'starting_after': events up to {log.first - 2} are no longer kept.",
@@ -57,6 +57,8 @@ async def follow(
                 if batch:
                     await resp.write(b"".join(batch))
                     seen += len(batch)
+                    if len(batch) == REPLAY_BATCH:
+                        await asyncio.sleep(0)  # (a long replay lets the loop run)
                 elif log.finished:
                     break
                 else:
@@ -65,7 +67,7 @@ async def follow(
                         done, _ = await asyncio.wait({changed}, timeout=keepalive_s)
                         if not done:
                             await resp.write(KEEPALIVE)
-                batch = log.since(seen)
+                batch = log.since(seen, REPLAY_BATCH)
     except TimeoutError:
         pass  # its deadline passed: the client may come back for the rest
     async with asyncio.timeout(CLOSE_TIMEOUT_S):

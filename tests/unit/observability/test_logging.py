@@ -225,3 +225,23 @@ def test_timestamps_round_as_datetime_does() -> None:
             t = round(t, 3) + rng.choice([0.0005, -0.0005, 5e-7, 0.9999995])
         want = datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="milliseconds")
         assert obslog.iso_ms(t) == want.replace("+00:00", "Z"), t
+
+
+def test_request_line_that_cannot_be_written_is_said_as_logging_says_it(
+    root_json: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert obslog._handler is not None
+    errors: list[logging.LogRecord] = []
+    monkeypatch.setattr(obslog._handler, "handleError", errors.append)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [obslog._handler])
+    _one_request(prompt_tokens=2**70)  # (no JSON for it: logging's own path, which reports it)
+    assert len(errors) == 1 and root_json.getvalue() == ""
+
+    def failing_flush() -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(obslog._handler, "flush", failing_flush)
+    _one_request()
+    assert len(errors) == 2  # reported once, and the line was not written twice
+    assert root_json.getvalue().count("\n") == 1

@@ -123,8 +123,10 @@ def test_a_log_gives_back_every_event_as_it_was_given_and_counts_what_it_keeps()
         assert first == max(1, len(given) - 50 + 1)  # (its newest 50)
         for after in range(first - 1, log.next_seq + 1):
             assert log.since(after) == given[after:], (trial, after)
+            limit = rng.randrange(1, 8)
+            assert log.since(after, limit) == given[after : after + limit], (trial, after, limit)
         assert log.last() == given[-1]
-        kept = sum(map(len, log.events)) + EVENT_OVERHEAD * len(log.events)
+        kept = log.events.kept_bytes() + EVENT_OVERHEAD * len(log.events)
         assert log.nbytes == store.nbytes == kept
     # And a stream of chunks is kept in far fewer bytes than it was sent in.
     store = StreamStore(Limits(8, 1 << 30, 60.0), 1000, 1 << 30, None, FakeClock())
@@ -135,4 +137,44 @@ def test_a_log_gives_back_every_event_as_it_was_given_and_counts_what_it_keeps()
     for f in sent:
         log.append(f)
     assert log.since(0) == sent
-    assert sum(map(len, log.events)) < sum(map(len, sent)) / 10
+    assert log.events.kept_bytes() < sum(map(len, sent)) / 10
+
+
+def test_a_stream_whose_first_events_differ_from_the_rest_learns_their_shape_too() -> None:
+    # A Responses stream: two whole responses first (alike), then the text's deltas.
+    store = StreamStore(Limits(8, 1 << 30, 60.0), 10_000, 1 << 30, None, FakeClock())
+    log = store.open("t", "sse")
+    assert log is not None
+    response = b'{"id":"resp_1","status":"%s","output":[],"usage":null' + b',"x":0' * 40 + b"}"
+    sent = [
+        b"event: response.created\ndata: " + response % b"queued" + b"\n\n",
+        b"event: response.in_progress\ndata: " + response % b"in_progress" + b"\n\n",
+    ]
+    sent += [
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+        b'"item_id":"msg_1","output_index":0,"content_index":0,"delta":"w%d",'
+        b'"sequence_number":%d}\n\n' % (i, i + 3)
+        for i in range(300)
+    ]
+    for e in sent:
+        log.append(e)
+    assert log.since(0) == sent
+    assert log.events.kept_bytes() < sum(map(len, sent)) / 3
+    assert log.nbytes == store.nbytes == log.events.kept_bytes() + EVENT_OVERHEAD * len(sent)
+
+
+def test_a_streams_own_bounds_count_its_events_whole() -> None:
+    # Packed or not, a stream keeps no more than a replay of max_stream_bytes.
+    store = StreamStore(Limits(8, 1 << 30, 60.0), 10_000, 5_000, None, FakeClock())
+    log = store.open("t", "sse")
+    assert log is not None
+    prefix = b"id: " + log.sid.encode() + b":"
+    sent = []
+    for s in range(1, 201):
+        sent.append(chunk(s, f"w{s}").replace(IDP, prefix, 1))
+        log.append(sent[-1])
+    replay = log.since(log.first - 1)
+    assert replay is not None and replay == sent[log.first - 1 :]
+    assert log.first > 150  # (most dropped: each chunk is ~250 bytes whole)
+    assert log.whole_bytes == sum(map(len, replay)) + EVENT_OVERHEAD * len(replay) <= 5_000
+    assert log.nbytes < log.whole_bytes / 2  # (what they take, packed)

@@ -50,6 +50,6 @@ def test_frames_are_numbered_kept_and_sent_in_order() -> None:
     assert t.written == [kept[0] + kept[1]]
     events = log.since(0) or []
     assert len(events) == len(log.events) == 4
-    held = sum(map(len, log.events))  # (as kept: the last one packed, compact.py)
+    held = log.events.kept_bytes()  # (as kept: the last one packed, compact.py)
     assert held < sum(map(len, events))
     assert store.nbytes == log.nbytes == held + EVENT_OVERHEAD * len(events)
