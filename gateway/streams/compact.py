@@ -102,6 +102,7 @@ class Events:
 
     __slots__ = (
         "_flags",
+        "_given",
         "_hot",
         "_hot_k",
         "_id_prefix",
@@ -124,6 +125,7 @@ class Events:
         self._ref: bytes | None = None  # the newest event, kept whole, while learning
         self._ref_seq = 0
         self._tries = LEARN_TRIES
+        self._given = 0  # shapes its producer gave (given_shape), beside those it learned
         self.n = 0  # events kept
         self.sent = 0
 
@@ -156,7 +158,7 @@ class Events:
                 return len(own)
         self._kept.append(data)
         self._flags.append(0)
-        if self._tries and len(shapes) < MAX_SHAPES:
+        if self._tries and len(shapes) - self._given < MAX_SHAPES:
             ref = self._ref
             if ref is not None and self._ref_seq == seq - 1:
                 self._tries -= 1
@@ -168,6 +170,23 @@ class Events:
                     return len(data)
             self._ref, self._ref_seq = (data, seq) if self._tries else (None, 0)
         return len(data)
+
+    def given_shape(self, head: bytes, tail: bytes) -> int:
+        """A shape the producer's events have (it knows how it made them: nothing to learn or
+        check); its flag, for `add_own`."""
+        self._shapes.append(Shape(self._id_prefix, head, tail))
+        self._given += 1
+        return len(self._shapes)
+
+    def add_own(self, own: bytes, k: int, whole: int) -> int:
+        """Keep the next event, given as its own bytes in shape `k` (`whole`: its length whole,
+        id line included)."""
+        self._kept.append(own)
+        self._flags.append(k)
+        self.n += 1
+        self.sent += whole
+        self._ref = None  # (the event before the next one is not kept whole)
+        return len(own)
 
     def popleft(self, seq: int) -> tuple[int, int]:
         """Drop the oldest event (numbered `seq`); returns the bytes it was kept in and sent in."""

@@ -130,6 +130,30 @@ class StreamLog:
         if self._wake is not None:
             self._wake_up()
 
+    def given_shape(self, head: bytes, tail: bytes) -> int:
+        """A shape of the producer's own events, `id: <sid>:<seq>\n` + head + own + tail: its
+        flag for `extend_own` (compact.py)."""
+        return self.events.given_shape(head, tail)
+
+    def extend_own(self, owns: list[bytes], wholes: list[int], k: int) -> None:
+        """Keep several events of shape `k` (numbered from `next_seq` on), each given as its
+        own bytes and its length whole: kept as they would be packed, with nothing to check."""
+        events = self.events
+        add = events.add_own
+        n = sum([add(o, k, w) for o, w in zip(owns, wholes, strict=True)])
+        n += EVENT_OVERHEAD * len(owns)
+        self.nbytes += n
+        store = self._store
+        store.nbytes += n
+        if (
+            events.sent + EVENT_OVERHEAD * events.n > self._max_bytes
+            or events.n > self._max_events
+            or store.nbytes > store.max_bytes
+        ):
+            store.trim(self)
+        if self._wake is not None:
+            self._wake_up()
+
     def _wake_up(self) -> None:
         w = self._wake
         self._wake = None

@@ -37,9 +37,13 @@ class DirectSink:
     __slots__ = (
         "_buf",
         "_chunked",
+        "_cut",
         "_dirty",
         "_enc",
+        "_owns",
+        "_owns_from",
         "_seq",
+        "_shape",
         "_starts",
         "_tally",
         "_tape",
@@ -53,7 +57,10 @@ class DirectSink:
         enc: TokenEncoder,
         tally: Counter,
         tape: Tape | None = None,
+        plain: tuple[bytes, bytes] | None = None,
     ) -> None:
+        """`plain`: what comes before and after the text's JSON in every event `enc` writes
+        (a kept stream's events then go to its log as that shape and their text)."""
         self._transport = cast(asyncio.WriteTransport, transport)
         self._chunked = chunked
         self._enc = enc
@@ -61,6 +68,13 @@ class DirectSink:
         self._tape = tape  # a kept stream's: each frame gets its id and is kept
         self._seq = 0  # (a kept stream's: the next frame's number)
         self._starts: list[int] = []  # (a kept stream's: where each buffered frame starts)
+        self._owns: list[int] = []  # (and where its own bytes start, with a shape)
+        self._shape = 0
+        self._owns_from = self._cut = 0  # (the bytes before and after them)
+        if tape is not None and plain is not None:
+            self._shape = tape.log.given_shape(*plain)
+            self._cut = len(plain[1])
+            self._owns_from = len(plain[0])
         self._buf = bytearray()
         self._dirty = False  # holds frames, and is on the flusher's list
 
@@ -83,6 +97,8 @@ class DirectSink:
             buf += tape.prefix
             buf += b"%d\n" % self._seq
             self._seq += 1
+            if self._shape:
+                self._owns.append(len(buf) + self._owns_from)
         self._enc.token_chunk_into(buf, d.text, d.logprobs)
         return True
 
@@ -99,10 +115,16 @@ class DirectSink:
             # its own events)
             assert self._tape is not None
             data = bytes(buf)
-            if len(starts) == 1:
+            ends = [*starts[1:], len(data)]
+            if self._shape:  # (its text's bytes only: the log knows the rest)
+                cut, owns = self._cut, self._owns
+                wholes = [b - a for a, b in zip(starts, ends, strict=True)]
+                kept = [data[a : b - cut] for a, b in zip(owns, ends, strict=True)]
+                self._tape.log.extend_own(kept, wholes, self._shape)
+                owns.clear()
+            elif len(starts) == 1:
                 self._tape.log.append(data)
             else:
-                ends = [*starts[1:], len(data)]
                 self._tape.log.extend([data[a:b] for a, b in zip(starts, ends, strict=True)])
             starts.clear()
             if not t.is_closing():

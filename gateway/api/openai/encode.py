@@ -133,6 +133,14 @@ class ChunkEncoder:
             self._token_text_end = b',"logprobs":'
             self._finish_prefix = head + choice + b'"text":"","logprobs":null,"finish_reason":'
 
+    def plain_tokens(self) -> tuple[bytes, bytes] | None:
+        """(before, after) the JSON string of the text in every token event of this stream
+        (`token_chunk_into` writes before + text + after when no logprobs go with it); None
+        when its tokens carry logprobs."""
+        if self._logprobs is not None:
+            return None
+        return self._token_prefix, self._token_suffix
+
     def role_chunk(self) -> bytes:
         """The first event of a chat stream (the assistant role); b"" for completions."""
         return self._role_chunk

@@ -258,7 +258,8 @@ class OpenAIServing:
         # (chunks with more than the tokens take no direct writes)
         slow = relay.ids is not None or relay.usage is not None
         if self.settings.direct_writes and transport is not None and not slow:
-            sink = DirectSink(transport, resp.chunked, enc, relay.tally, relay.tape)
+            plain = enc.plain_tokens() if relay.tape is not None else None
+            sink = DirectSink(transport, resp.chunked, enc, relay.tally, relay.tape, plain)
         try:
             try:
                 await self._relay(resp, gen, relay, batch, sink)

@@ -53,3 +53,54 @@ def test_frames_are_numbered_kept_and_sent_in_order() -> None:
     held = log.events.kept_bytes()  # (as kept: the last one packed, compact.py)
     assert held < sum(map(len, events))
     assert store.nbytes == log.nbytes == held + EVENT_OVERHEAD * len(events)
+
+
+def test_frames_of_a_plain_encoder_are_kept_as_their_text_and_replayed_whole() -> None:
+    # The encoder says what surrounds the text in each frame: the log keeps the text's bytes
+    # only, and a replay gives back exactly what was sent.
+    store = StreamStore(Limits(4, 1 << 20, 60.0), 100, 1 << 20, None, FakeClock())
+    log = store.open("t", "sse")
+    assert log is not None
+    tape = Tape(log)
+    for kind in ("chat", "completion"):
+        enc = ChunkEncoder("id", "m", 0, kind)  # type: ignore[arg-type]
+        t = Transport()
+        sink = DirectSink(t, False, enc, Tally(), tape, enc.plain_tokens())  # type: ignore[arg-type]
+        before = log.next_seq
+        texts = ["a", "b c", 'q"\\', "é\u2028", "x\ud800y", ""]  # (a lone surrogate: scrubbed)
+        for i, text in enumerate(texts):
+            assert sink(Delta([i + 1], text))
+            if i % 2:
+                FLUSHER.flush()
+        FLUSHER.flush()
+        sent = b"".join(t.written)
+        kept = log.since(before - 1)
+        assert kept is not None and b"".join(kept) == sent
+        assert len(kept) == len(texts)
+    whole = sum(map(len, log.since(0) or []))
+    assert log.events.kept_bytes() < whole / 20  # (the texts' JSON, and nothing else)
+    assert (
+        store.nbytes
+        == log.nbytes
+        == log.events.kept_bytes() + EVENT_OVERHEAD * log.next_seq - EVENT_OVERHEAD
+    )
+    assert log.whole_bytes == sum(map(len, log.since(0) or [])) + EVENT_OVERHEAD * (
+        log.next_seq - 1
+    )
+
+
+def test_a_plain_encoders_token_event_is_its_parts_around_the_texts_json() -> None:
+    import orjson
+
+    for kind in ("chat", "completion"):
+        enc = ChunkEncoder("cmpl-1", "m", 5, kind)  # type: ignore[arg-type]
+        parts = enc.plain_tokens()
+        assert parts is not None
+        for text in ["", "a", '\n\t"\\', "é€𝄞", "\u2028\u2029", "x\ud800"]:
+            buf = bytearray()
+            enc.token_chunk_into(buf, text)
+            assert buf.startswith(parts[0]) and buf.endswith(parts[1])
+            own = bytes(buf[len(parts[0]) : len(buf) - len(parts[1])])
+            assert isinstance(orjson.loads(own), str)
+    with_lps = ChunkEncoder("cmpl-1", "m", 5, "chat", lambda lps: None)  # type: ignore[arg-type]
+    assert with_lps.plain_tokens() is None
