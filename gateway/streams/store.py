@@ -99,36 +99,14 @@ class StreamLog:
     def append(self, data: bytes) -> None:
         """Keep one event (numbered `next_seq`)."""
         events = self.events
-        n = events.add(data, self.first + events.n) + EVENT_OVERHEAD
-        self.nbytes += n
-        store = self._store
-        store.nbytes += n
-        if (
-            events.sent + EVENT_OVERHEAD * events.n > self._max_bytes
-            or events.n > self._max_events
-            or store.nbytes > store.max_bytes
-        ):
-            store.trim(self)
-        if self._wake is not None:
-            self._wake_up()
+        self._kept(events.add(data, self.first + events.n) + EVENT_OVERHEAD)
 
     def extend(self, frames: list[bytes]) -> None:
         """Keep several events at once (numbered from `next_seq` on)."""
-        events = self.events
-        seq = self.first + events.n
-        add = events.add
-        n = sum([add(f, seq + i) for i, f in enumerate(frames)]) + EVENT_OVERHEAD * len(frames)
-        self.nbytes += n
-        store = self._store
-        store.nbytes += n
-        if (
-            events.sent + EVENT_OVERHEAD * events.n > self._max_bytes
-            or events.n > self._max_events
-            or store.nbytes > store.max_bytes
-        ):
-            store.trim(self)
-        if self._wake is not None:
-            self._wake_up()
+        seq = self.first + self.events.n
+        add = self.events.add
+        n = sum([add(f, seq + i) for i, f in enumerate(frames)])
+        self._kept(n + EVENT_OVERHEAD * len(frames))
 
     def given_shape(self, head: bytes, tail: bytes) -> int:
         """A shape of the producer's own events, `id: <sid>:<seq>\n` + head + own + tail: its
@@ -138,13 +116,16 @@ class StreamLog:
     def extend_own(self, owns: list[bytes], wholes: list[int], k: int) -> None:
         """Keep several events of shape `k` (numbered from `next_seq` on), each given as its
         own bytes and its length whole: kept as they would be packed, with nothing to check."""
-        events = self.events
-        add = events.add_own
+        add = self.events.add_own
         n = sum([add(o, k, w) for o, w in zip(owns, wholes, strict=True)])
-        n += EVENT_OVERHEAD * len(owns)
+        self._kept(n + EVENT_OVERHEAD * len(owns))
+
+    def _kept(self, n: int) -> None:
+        """`n` more bytes kept: counted, the bounds applied, the reader woken."""
         self.nbytes += n
         store = self._store
         store.nbytes += n
+        events = self.events
         if (
             events.sent + EVENT_OVERHEAD * events.n > self._max_bytes
             or events.n > self._max_events
