@@ -173,9 +173,12 @@ class Events:
 
     def given_shape(self, head: bytes, tail: bytes) -> int:
         """A shape the producer's events have (it knows how it made them: nothing to learn or
-        check); its flag, for `add_own`."""
+        check); its flag, for `add_own`. A stream given one learns no other (what else it
+        sends is its few ends: kept whole)."""
         self._shapes.append(Shape(self._id_prefix, head, tail))
         self._given += 1
+        self._tries = 0
+        self._ref = None
         return len(self._shapes)
 
     def add_own(self, own: bytes, k: int, whole: int) -> int:
@@ -187,6 +190,15 @@ class Events:
         self.sent += whole
         self._ref = None  # (the event before the next one is not kept whole)
         return len(own)
+
+    def add_owns(self, owns: list[bytes], k: int, whole: int) -> int:
+        """`add_own` for several events at once (`whole`: their length whole, together)."""
+        self._kept.extend(owns)
+        self._flags += bytes((k,)) * len(owns)
+        self.n += len(owns)
+        self.sent += whole
+        self._ref = None
+        return sum(map(len, owns))
 
     def popleft(self, seq: int) -> tuple[int, int]:
         """Drop the oldest event (numbered `seq`); returns the bytes it was kept in and sent in."""

@@ -113,12 +113,16 @@ class StreamLog:
         flag for `extend_own` (compact.py)."""
         return self.events.given_shape(head, tail)
 
-    def extend_own(self, owns: list[bytes], wholes: list[int], k: int) -> None:
+    def append_own(self, own: bytes, k: int, whole: int) -> None:
+        """Keep one event of shape `k` (numbered `next_seq`), given as its own bytes and its
+        length whole."""
+        self._kept(self.events.add_own(own, k, whole) + EVENT_OVERHEAD)
+
+    def extend_own(self, owns: list[bytes], whole: int, k: int) -> None:
         """Keep several events of shape `k` (numbered from `next_seq` on), each given as its
-        own bytes and its length whole: kept as they would be packed, with nothing to check."""
-        add = self.events.add_own
-        n = sum([add(o, k, w) for o, w in zip(owns, wholes, strict=True)])
-        self._kept(n + EVENT_OVERHEAD * len(owns))
+        own bytes (`whole`: their length whole, together): kept as they would be packed, with
+        nothing to check."""
+        self._kept(self.events.add_owns(owns, k, whole) + EVENT_OVERHEAD * len(owns))
 
     def _kept(self, n: int) -> None:
         """`n` more bytes kept: counted, the bounds applied, the reader woken."""

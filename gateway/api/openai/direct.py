@@ -115,17 +115,21 @@ class DirectSink:
             # its own events)
             assert self._tape is not None
             data = bytes(buf)
-            ends = [*starts[1:], len(data)]
-            if self._shape:  # (its text's bytes only: the log knows the rest)
-                cut, owns = self._cut, self._owns
-                wholes = [b - a for a, b in zip(starts, ends, strict=True)]
-                kept = [data[a : b - cut] for a, b in zip(owns, ends, strict=True)]
-                self._tape.log.extend_own(kept, wholes, self._shape)
-                owns.clear()
-            elif len(starts) == 1:
-                self._tape.log.append(data)
+            log, k = self._tape.log, self._shape  # (k: its text's bytes only are kept)
+            if len(starts) == 1:
+                if k:
+                    log.append_own(data[self._owns[0] : len(data) - self._cut], k, len(data))
+                else:
+                    log.append(data)
             else:
-                self._tape.log.extend([data[a:b] for a, b in zip(starts, ends, strict=True)])
+                ends = [*starts[1:], len(data)]
+                if k:
+                    cut = self._cut
+                    owns = [data[a : b - cut] for a, b in zip(self._owns, ends, strict=True)]
+                    log.extend_own(owns, len(data), k)  # (the frames are all of `data`)
+                else:
+                    log.extend([data[a:b] for a, b in zip(starts, ends, strict=True)])
+            self._owns.clear()
             starts.clear()
             if not t.is_closing():
                 t.write(b"".join((b"%x\r\n" % len(data), data, b"\r\n")) if self._chunked else data)
