@@ -102,7 +102,6 @@ class Events:
 
     __slots__ = (
         "_flags",
-        "_given",
         "_hot",
         "_hot_k",
         "_id_prefix",
@@ -125,7 +124,6 @@ class Events:
         self._ref: bytes | None = None  # the newest event, kept whole, while learning
         self._ref_seq = 0
         self._tries = LEARN_TRIES
-        self._given = 0  # shapes its producer gave (given_shape), beside those it learned
         self.n = 0  # events kept
         self.sent = 0
 
@@ -158,7 +156,7 @@ class Events:
                 return len(own)
         self._kept.append(data)
         self._flags.append(0)
-        if self._tries and len(shapes) - self._given < MAX_SHAPES:
+        if self._tries and len(shapes) < MAX_SHAPES:
             ref = self._ref
             if ref is not None and self._ref_seq == seq - 1:
                 self._tries -= 1
@@ -176,7 +174,6 @@ class Events:
         check); its flag, for `add_own`. A stream given one learns no other (what else it
         sends is its few ends: kept whole)."""
         self._shapes.append(Shape(self._id_prefix, head, tail))
-        self._given += 1
         self._tries = 0
         self._ref = None
         return len(self._shapes)
