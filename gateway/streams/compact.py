@@ -104,18 +104,18 @@ class Events:
         "_flags",
         "_hot",
         "_hot_k",
-        "_id_prefix",
         "_kept",
         "_ref",
         "_ref_seq",
         "_shapes",
         "_tries",
+        "id_prefix",
         "n",
         "sent",
     )
 
     def __init__(self, id_prefix: bytes) -> None:
-        self._id_prefix = id_prefix
+        self.id_prefix = id_prefix  # each event's id line: this, its number and "\n"
         self._kept: deque[bytes] = deque()
         self._flags = bytearray()  # (deleting from its front is O(1))
         self._shapes: list[Shape] = []
@@ -160,7 +160,7 @@ class Events:
             ref = self._ref
             if ref is not None and self._ref_seq == seq - 1:
                 self._tries -= 1
-                learned = learn(ref, data, seq - 1, self._id_prefix)
+                learned = learn(ref, data, seq - 1, self.id_prefix)
                 if learned is not None:
                     shapes.append(learned)
                     self._hot, self._hot_k = learned, len(shapes)
@@ -173,7 +173,7 @@ class Events:
         """A shape the producer's events have (it knows how it made them: nothing to learn or
         check); its flag, for `add_own`. A stream given one learns no other (what else it
         sends is its few ends: kept whole)."""
-        self._shapes.append(Shape(self._id_prefix, head, tail))
+        self._shapes.append(Shape(self.id_prefix, head, tail))
         self._tries = 0
         self._ref = None
         return len(self._shapes)
@@ -197,8 +197,8 @@ class Events:
         self._ref = None
         return sum(map(len, owns))
 
-    def popleft(self, seq: int) -> tuple[int, int]:
-        """Drop the oldest event (numbered `seq`); returns the bytes it was kept in and sent in."""
+    def popleft(self, seq: int) -> int:
+        """Drop the oldest event (numbered `seq`); returns the bytes it was kept in."""
         own = self._kept.popleft()
         self.n -= 1
         k = self._flags[0]
@@ -207,7 +207,7 @@ class Events:
             self._ref = None
         whole = len(own) if k == 0 else self._shapes[k - 1].whole_len(own, seq)
         self.sent -= whole
-        return len(own), whole
+        return len(own)
 
     def clear(self) -> None:
         self._kept.clear()

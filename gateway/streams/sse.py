@@ -11,7 +11,7 @@ class Tape:
 
     def __init__(self, log: StreamLog) -> None:
         self.log = log
-        self.prefix = b"id: " + log.sid.encode() + b":"
+        self.prefix = log.events.id_prefix  # (`id: <stream_id>:`, as the log knows it)
 
     def stamp(self, data: bytes | bytearray) -> bytes:
         """`data` (whole SSE events) with an id on each event, every event kept."""

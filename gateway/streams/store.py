@@ -94,7 +94,7 @@ class StreamLog:
         """Its events' bytes as sent, each with EVENT_OVERHEAD: what its own bounds count (a
         replay of them all is never larger than `max_stream_bytes`)."""
         events = self.events
-        return events.sent + EVENT_OVERHEAD * len(events)
+        return events.sent + EVENT_OVERHEAD * events.n
 
     def append(self, data: bytes) -> None:
         """Keep one event (numbered `next_seq`)."""
@@ -129,10 +129,9 @@ class StreamLog:
         self.nbytes += n
         store = self._store
         store.nbytes += n
-        events = self.events
         if (
-            events.sent + EVENT_OVERHEAD * events.n > self._max_bytes
-            or events.n > self._max_events
+            self.whole_bytes > self._max_bytes
+            or self.events.n > self._max_events
             or store.nbytes > store.max_bytes
         ):
             store.trim(self)
@@ -146,8 +145,7 @@ class StreamLog:
             w.set_result(None)
 
     def drop_oldest(self) -> None:
-        kept, _ = self.events.popleft(self.first)
-        n = kept + EVENT_OVERHEAD
+        n = self.events.popleft(self.first) + EVENT_OVERHEAD
         self.first += 1
         self.nbytes -= n
         self._store.nbytes -= n
