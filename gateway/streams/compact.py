@@ -14,8 +14,7 @@ keeps every event whole, one flag byte each.
 
 from __future__ import annotations
 
-from collections import deque
-from itertools import islice
+from array import array
 from typing import Final
 
 # What two events must share (start and end together) for a stream to pack its events.
@@ -76,9 +75,9 @@ class Shape:
             return b"".join((self.head, own, self.tail))
         return b"%s%d\n%s%s%s" % (self.id_prefix, seq, self.head, own, self.tail)
 
-    def whole_len(self, own: bytes, seq: int) -> int:
-        """The length of event `seq` whole, from what `pack` kept of it."""
-        n = self._head_len + len(own) + self._tail_len
+    def whole_len(self, own: int, seq: int) -> int:
+        """The length of event `seq` whole, from the length of what `pack` kept of it."""
+        n = self._head_len + own + self._tail_len
         return n if self.id_prefix is None else n + self._id_len + len(b"%d\n" % seq)
 
 
@@ -96,18 +95,21 @@ def learn(a: bytes, b: bytes, seq: int, id_prefix: bytes) -> Shape | None:
 
 
 class Events:
-    """One stream's events as kept, oldest first: each event's kept bytes and a flag (0: whole,
-    k: packed by the k-th shape). `sent`: the bytes of its events whole (what a replay of them
-    all gives)."""
+    """One stream's events as kept, oldest first, in one buffer: each event's kept bytes, where
+    they end, and a flag (0: whole, k: packed by the k-th shape); about five bytes an event
+    besides its own (a bytes object each took 40-50 more). `sent`: the bytes of its events whole
+    (what a replay of them all gives)."""
 
     __slots__ = (
+        "_data",
+        "_ends",
         "_flags",
         "_hot",
         "_hot_k",
-        "_kept",
         "_ref",
         "_ref_seq",
         "_shapes",
+        "_skip",
         "_tries",
         "id_prefix",
         "n",
@@ -116,8 +118,13 @@ class Events:
 
     def __init__(self, id_prefix: bytes) -> None:
         self.id_prefix = id_prefix  # each event's id line: this, its number and "\n"
-        self._kept: deque[bytes] = deque()
-        self._flags = bytearray()  # (deleting from its front is O(1))
+        # Events [_skip, _skip + n) are kept: event i's bytes are _data[_ends[i-1]:_ends[i]]
+        # (from 0 for the first). Those before _skip were dropped; they leave the buffer once
+        # they are more than the rest (so it holds at most twice what is kept).
+        self._data = bytearray()
+        self._ends = array("I")
+        self._flags = bytearray()
+        self._skip = 0
         self._shapes: list[Shape] = []
         self._hot: Shape | None = None  # the shape the newest packed event had
         self._hot_k = 0
@@ -131,7 +138,17 @@ class Events:
         return self.n
 
     def kept_bytes(self) -> int:
-        return sum(map(len, self._kept))
+        return len(self._data) - self._start(self._skip)
+
+    def _start(self, i: int) -> int:
+        return self._ends[i - 1] if i else 0
+
+    def _keep(self, own: bytes, k: int) -> int:
+        data = self._data
+        data += own
+        self._ends.append(len(data))
+        self._flags.append(k)
+        return len(own)
 
     def add(self, data: bytes, seq: int) -> int:
         """Keep event `seq` (the next); returns the bytes it is kept in."""
@@ -141,9 +158,7 @@ class Events:
         if hot is not None:
             own = hot.pack(data, seq)
             if own is not None:
-                self._kept.append(own)
-                self._flags.append(self._hot_k)
-                return len(own)
+                return self._keep(own, self._hot_k)
         return self._add(data, seq)
 
     def _add(self, data: bytes, seq: int) -> int:
@@ -151,11 +166,8 @@ class Events:
         for k, shape in enumerate(shapes, 1):
             if shape is not self._hot and (own := shape.pack(data, seq)) is not None:
                 self._hot, self._hot_k = shape, k
-                self._kept.append(own)
-                self._flags.append(k)
-                return len(own)
-        self._kept.append(data)
-        self._flags.append(0)
+                return self._keep(own, k)
+        self._keep(data, 0)
         if self._tries and len(shapes) < MAX_SHAPES:
             ref = self._ref
             if ref is not None and self._ref_seq == seq - 1:
@@ -181,7 +193,9 @@ class Events:
     def add_own(self, own: bytes, k: int, whole: int) -> int:
         """Keep the next event, given as its own bytes in shape `k` (`whole`: its length whole,
         id line included)."""
-        self._kept.append(own)
+        data = self._data
+        data += own
+        self._ends.append(len(data))
         self._flags.append(k)
         self.n += 1
         self.sent += whole
@@ -190,50 +204,75 @@ class Events:
 
     def add_owns(self, owns: list[bytes], k: int, whole: int) -> int:
         """`add_own` for several events at once (`whole`: their length whole, together)."""
-        self._kept.extend(owns)
+        data = self._data
+        at = len(data)
+        ends = self._ends
+        for own in owns:
+            at += len(own)
+            ends.append(at)
+        n = at - len(data)
+        data += b"".join(owns)
         self._flags += bytes((k,)) * len(owns)
         self.n += len(owns)
         self.sent += whole
         self._ref = None
-        return sum(map(len, owns))
+        return n
 
     def popleft(self, seq: int) -> int:
         """Drop the oldest event (numbered `seq`); returns the bytes it was kept in."""
-        own = self._kept.popleft()
+        i = self._skip
+        start = self._start(i)
+        end = self._ends[i]
+        k = self._flags[i]
+        self._skip = i = i + 1
         self.n -= 1
-        k = self._flags[0]
-        del self._flags[:1]
         if self._ref_seq == seq:
             self._ref = None
-        whole = len(own) if k == 0 else self._shapes[k - 1].whole_len(own, seq)
-        self.sent -= whole
-        return len(own)
+        own = end - start
+        self.sent -= own if k == 0 else self._shapes[k - 1].whole_len(own, seq)
+        if i > self.n or end > len(self._data) - end:
+            self._compact()
+        return own
+
+    def _compact(self) -> None:
+        """The dropped events leave the buffer."""
+        skip = self._skip
+        cut = self._start(skip)
+        del self._data[:cut]
+        self._ends = array("I", [e - cut for e in self._ends[skip:]])
+        del self._flags[:skip]
+        self._skip = 0
 
     def clear(self) -> None:
-        self._kept.clear()
-        self._flags.clear()
+        self._data = bytearray()
+        self._ends = array("I")
+        self._flags = bytearray()
+        self._skip = 0
         self._ref = None
         self.n = self.sent = 0
 
     def tail(self, n: int, seq: int, count: int | None = None) -> list[bytes]:
         """`count` (default all) of the newest `n` events, oldest first (the first numbered
         `seq`), whole."""
-        kept = self._kept
-        size = len(kept)
-        n = min(n, size)
+        n = min(n, self.n)
         count = n if count is None else min(count, n)
         if count <= 0:
             return []
-        if count == n:  # to the newest: read from the end (a follower's few, not all copied)
-            got = list(kept) if n == size else list(islice(reversed(kept), n))[::-1]
-        else:
-            got = list(islice(kept, size - n, size - n + count))
+        first = self._skip + self.n - n
+        last = first + count
+        ends = self._ends
+        base = self._start(first)
+        with memoryview(self._data) as view:
+            blob = bytes(view[base : ends[last - 1]])  # (one copy; each event sliced from it)
+        flags = self._flags
         shapes = self._shapes
-        if not shapes:
-            return got
-        at = size - n
-        flags = self._flags[at : at + count]
-        return [
-            e if k == 0 else shapes[k - 1].unpack(e, s)
-            for s, (k, e) in enumerate(zip(flags, got, strict=True), start=seq)
-        ]
+        out = []
+        at = 0
+        for i in range(first, last):
+            end = ends[i] - base
+            k = flags[i]
+            own = blob[at:end]
+            out.append(own if k == 0 else shapes[k - 1].unpack(own, seq))
+            at = end
+            seq += 1
+        return out

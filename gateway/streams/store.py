@@ -27,8 +27,10 @@ from gateway.streams.policy import Held, Limits, Plan, Totals, plan
 # A reader replays at most this many events at a time (each made whole again), letting the
 # loop run between batches.
 REPLAY_BATCH = 1024
-# What an event costs beyond its bytes (the bytes object's header, its slot in the deque):
-# counted with them, so that `max_bytes` bounds the memory the events take.
+# What an event counts beyond the bytes it is kept in: its end and flag take 5 bytes in its
+# stream's buffers (compact.py), the rest stands for their slack (dropped events leave a buffer
+# in bulk). The same as when each event was an object of its own, so the bounds keep the same
+# events.
 EVENT_OVERHEAD = 48
 
 

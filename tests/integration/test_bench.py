@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from bench import cli, floor, report
+from bench import cli, floor, proxy_floor, report
 from bench.cpu import CpuSampler
 from bench.grpc_target import EngineTarget, GatewayTarget
 from bench.link_target import LinkTarget
@@ -95,6 +95,15 @@ async def test_the_http_floor_streams_pass_the_bench_checks() -> None:
         assert_all_verified(await run(OpenAITarget(f"http://127.0.0.1:{port}", sc), sc), 20)
     finally:
         await runner.cleanup()
+
+
+async def test_the_proxy_floor_streams_pass_the_bench_checks(cluster: Cluster) -> None:
+    proxy = await proxy_floor.start(cluster.sidecar_targets()[0], 0)
+    try:
+        sc = scenario(concurrency=8)
+        assert_all_verified(await run(OpenAITarget(f"http://127.0.0.1:{proxy.port}", sc), sc), 20)
+    finally:
+        await proxy.close()
 
 
 async def test_engine_direct_verifies_every_stream(cluster: Cluster) -> None:

@@ -95,8 +95,10 @@ class LeanExchange:
         return self.head.headers.get(name.lower())
 
     async def body(self, max_bytes: int, gap_s: float) -> bytes:
-        """(Read whole by the connection, within the same limits, before the handler ran.)"""
-        return self._body
+        """(Read whole by the connection, within the same limits, before the handler ran.)
+        Handed over: the exchange keeps none of it for the rest of a long stream."""
+        body, self._body = self._body, b""
+        return body
 
     def sse(self, headers: dict[str, str]) -> LeanOutbound:
         if self.extra:

@@ -71,10 +71,10 @@ class ChunkEncoder:
 
     __slots__ = (
         "_choice",
-        "_finish_prefix",
+        "_finish_mid",
         "_head",
         "_logprobs",
-        "_role_chunk",
+        "_role_tail",
         "_token_prefix",
         "_token_suffix",
         "_token_text_end",
@@ -115,23 +115,20 @@ class ChunkEncoder:
         self._logprobs = logprobs
         choice = b'[{"index":%d,' % index
         self._choice = choice
+        # The first and the last event are made when written (once a stream): an open stream
+        # holds only the parts of its token events.
         if kind == "chat":
-            self._role_chunk = (
-                head
-                + choice
-                + b'"delta":{"role":%s,"content":""}' % _encode(role)
-                + _NO_CHOICE_TAIL
-            )
+            self._role_tail = b'"delta":{"role":%s,"content":""}' % _encode(role) + _NO_CHOICE_TAIL
             self._token_prefix = head + choice + b'"delta":{"content":'
             self._token_suffix = b"}" + _NO_CHOICE_TAIL
             self._token_text_end = b'},"logprobs":'
-            self._finish_prefix = head + choice + b'"delta":{},"logprobs":null,"finish_reason":'
+            self._finish_mid = b'"delta":{},"logprobs":null,"finish_reason":'
         else:
-            self._role_chunk = b""
+            self._role_tail = b""
             self._token_prefix = head + choice + b'"text":'
             self._token_suffix = _NO_CHOICE_TAIL
             self._token_text_end = b',"logprobs":'
-            self._finish_prefix = head + choice + b'"text":"","logprobs":null,"finish_reason":'
+            self._finish_mid = b'"text":"","logprobs":null,"finish_reason":'
 
     def plain_tokens(self) -> tuple[bytes, bytes] | None:
         """(before, after) the JSON string of the text in every token event of this stream
@@ -143,7 +140,8 @@ class ChunkEncoder:
 
     def role_chunk(self) -> bytes:
         """The first event of a chat stream (the assistant role); b"" for completions."""
-        return self._role_chunk
+        tail = self._role_tail
+        return self._head + self._choice + tail if tail else b""
 
     def token_chunk_into(
         self, buf: bytearray, text: str, logprobs: list[Logprobs] | None = None
@@ -186,7 +184,9 @@ class ChunkEncoder:
 
     def finish_chunk_into(self, buf: bytearray, finish_reason: str) -> None:
         """Append the event with an empty delta/text and `finish_reason` to `buf`."""
-        buf += self._finish_prefix
+        buf += self._head
+        buf += self._choice
+        buf += self._finish_mid
         _encode_into(finish_reason, buf, -1)
         buf += b"}]}\n\n"
 

@@ -52,7 +52,7 @@ class Exchange(Protocol):
         ...
 
     async def body(self, max_bytes: int, gap_s: float) -> bytes:
-        """The whole request body (raises as gateway/api/body.py's `read_body`)."""
+        """The whole request body, read once (raises as gateway/api/body.py's `read_body`)."""
         ...
 
     def sse(self, headers: dict[str, str]) -> Outbound:

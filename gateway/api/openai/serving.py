@@ -73,8 +73,10 @@ class OpenAIServing:
     ) -> Answered:
         """The answer to one request, whichever HTTP server carries it (exchange.py)."""
         s = self.settings
-        body = await ex.body(s.max_body_bytes, s.client_body_timeout_s)
-        req = decode(body, rid, self.settings.default_max_tokens)
+        # (no name for the body: a stream's frame would hold it to its end)
+        req = decode(
+            await ex.body(s.max_body_bytes, s.client_body_timeout_s), rid, s.default_max_tokens
+        )
         asked = ex.header("x-priority")
         if asked is not None:
             req.priority = parse_priority(asked)

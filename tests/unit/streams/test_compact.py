@@ -4,6 +4,7 @@ is made whole again byte for byte, and an event of another shape is kept whole."
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 
@@ -178,3 +179,23 @@ def test_a_streams_own_bounds_count_its_events_whole() -> None:
     assert log.first > 150  # (most dropped: each chunk is ~250 bytes whole)
     assert log.whole_bytes == sum(map(len, replay)) + EVENT_OVERHEAD * len(replay) <= 5_000
     assert log.nbytes < log.whole_bytes / 2  # (what they take, packed)
+
+
+def test_a_stream_at_its_bound_lets_its_dropped_events_go() -> None:
+    # 20,000 events through a stream that keeps its newest 50: what it holds stays what 50
+    # events take (the dropped ones leave its buffer in bulk), and the newest 50 replay whole.
+    store = StreamStore(Limits(8, 1 << 30, 60.0), 50, 1 << 30, None, FakeClock())
+    log = store.open("t", "sse")
+    assert log is not None
+    prefix = b"id: " + log.sid.encode() + b":"
+    sent = [chunk(s, f"w{s % 97}").replace(IDP, prefix, 1) for s in range(1, 20_001)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for frame in sent:
+            log.append(frame)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert log.since(log.first - 1) == sent[-50:]
+    assert held < 4096, held  # (all 20,000 kept packed would take ~100 KB)
