@@ -163,7 +163,7 @@ class _Client(asyncio.Protocol):
     def _serve(self, raw: bytes) -> None:
         try:
             body = _BODY.decode(raw)
-        except msgspec.ValidationError:
+        except msgspec.DecodeError:  # (not JSON, or not a chat request's)
             self._refuse()
             return
         if not body.stream:

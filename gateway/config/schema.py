@@ -85,9 +85,10 @@ class StreamSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True
     # Per process: streams kept (live and finished) and bytes of their events.
     max_streams: Annotated[int, msgspec.Meta(gt=0)] = 10_000
     max_bytes: Annotated[int, msgspec.Meta(gt=0)] = 256 << 20
-    # Per stream: its newest events kept (a reader cannot start before the oldest kept).
+    # Per stream: its newest events kept (a reader cannot start before the oldest kept), at
+    # most 1 GiB of them (a stream's buffer numbers its bytes in 32 bits: streams/compact.py).
     max_stream_events: Annotated[int, msgspec.Meta(gt=0)] = 65_536
-    max_stream_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4 << 20
+    max_stream_bytes: Annotated[int, msgspec.Meta(gt=0, le=1 << 30)] = 4 << 20
     # A finished stream is kept this long for a client to fetch its end.
     retention_s: Seconds = 300.0
 

@@ -27,10 +27,10 @@ from gateway.streams.policy import Held, Limits, Plan, Totals, plan
 # A reader replays at most this many events at a time (each made whole again), letting the
 # loop run between batches.
 REPLAY_BATCH = 1024
-# What an event counts beyond the bytes it is kept in: its end and flag take 5 bytes in its
-# stream's buffers (compact.py), the rest stands for their slack (dropped events leave a buffer
-# in bulk). The same as when each event was an object of its own, so the bounds keep the same
-# events.
+# What an event counts beyond the bytes it is kept in: what it cost when each event was an
+# object of its own, kept so that the bounds keep the same events. Its end and flag now take 5
+# bytes in its stream's buffers (compact.py); the events a stream drops leave them in bulk, so a
+# stream trimmed at its bounds may hold up to twice the bytes it counts, briefly.
 EVENT_OVERHEAD = 48
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from gateway.config.loader import ConfigError, parse
 from gateway.streams.policy import Limits
 from gateway.streams.sse import Tape, parse_last_event_id
 from gateway.streams.store import EVENT_OVERHEAD as O
@@ -194,3 +197,11 @@ def test_last_event_ids() -> None:
     assert parse_last_event_id(" st_a:0 ", "st_a") == 0
     for bad in ("st_b:12", "st_a:", "st_a:-1", "12", "st_a:1x", "st_a:" + "9" * 19):
         assert parse_last_event_id(bad, "st_a") is None
+
+
+def test_a_streams_bytes_are_bounded_in_the_config() -> None:
+    # (its buffer numbers its bytes in 32 bits: compact.py)
+    gig = 1 << 30
+    assert parse(f"gateway:\n  streams: {{max_stream_bytes: {gig}}}\n").gateway.streams
+    with pytest.raises(ConfigError, match=r"gateway\.streams\.max_stream_bytes"):
+        parse(f"gateway:\n  streams: {{max_stream_bytes: {gig + 1}}}\n")
