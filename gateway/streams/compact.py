@@ -193,7 +193,7 @@ class Events:
     def add_own(self, own: bytes, k: int, whole: int) -> int:
         """Keep the next event, given as its own bytes in shape `k` (`whole`: its length whole,
         id line included)."""
-        data = self._data
+        data = self._data  # (`_keep`, inline: the direct writer's path, once a token)
         data += own
         self._ends.append(len(data))
         self._flags.append(k)
