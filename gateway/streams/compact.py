@@ -9,7 +9,7 @@ learned is kept as its own bytes only, and made whole again, byte for byte, when
 for it. An event of no shape it knows is kept whole, and with the one before it may teach it
 another (a Responses stream: its first events are whole responses, its deltas come after).
 Whatever the events are (gRPC messages, Responses events), nothing is lost: the worst case
-keeps every event whole, one flag byte each.
+keeps every event whole, with five bytes beside it (where it ends, its flag).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class Events:
         self.id_prefix = id_prefix  # each event's id line: this, its number and "\n"
         # Events [_skip, _skip + n) are kept: event i's bytes are _data[_ends[i-1]:_ends[i]]
         # (from 0 for the first). Those before _skip were dropped; they leave the buffer once
-        # they are more than the rest (so it holds at most twice what is kept).
+        # they outnumber or outweigh the rest (so it holds at most twice what is kept).
         self._data = bytearray()
         self._ends = array("I")
         self._flags = bytearray()
