@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
 
 from shardgate.v1.params import not_resumable, tools_not_resumable
 
+from gateway.runtime.deadlines import Deadlines
 from gateway.runtime.events import EventQueue, Failed, Finished, Left
 from gateway.runtime.lifecycle import TABLE, Move, State, stale
 from gateway.runtime.stream import ResponseStream
@@ -40,9 +42,12 @@ class Job:
     __slots__ = (
         "_began",
         "_deadline",
+        "_deadlines",
+        "_due",
         "_first_by",
         "_first_output_s",
         "_task",
+        "_tick",
         "_timer",
         "arrival",
         "attempt",
@@ -86,14 +91,19 @@ class Job:
         tenant: str = "anonymous",
         priority: int = 0,
         arrival: float = 0.0,
+        deadlines: Deadlines | None = None,
     ) -> None:
+        """`deadlines`: the wheel its deadline goes on (the scheduler's; one of its own if
+        none)."""
         self.request = request
         self.events = events
         self.out = out
         self.tenant = tenant
         self.priority = priority
         self.arrival = arrival
-        self.generated: list[int] = []
+        # (int32s, as engine.proto's: 4 bytes a token, against a list's pointer and an int
+        # object for nearly every id of a real vocabulary)
+        self.generated: array[int] = array("i")
         # What keeps it from resuming exactly elsewhere (empty: it can resume).
         self.pinned = not_resumable(request.sampling) + tools_not_resumable(
             request.generation.tools
@@ -126,7 +136,10 @@ class Job:
         self._deadline = math.inf  # loop time
         self._first_by = math.inf  # loop time by which the engine it was placed on must answer
         self._first_output_s = math.inf
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadlines = deadlines if deadlines is not None else Deadlines()
+        self._due = math.inf  # its entry's time on the wheel (inf: none)
+        self._tick = 0  # (and the entry's tick)
+        self._timer: asyncio.TimerHandle | None = None  # the cut, once past the deadline
         self._task: asyncio.Task[object] | None = None  # the client side's, once armed
 
     @property
@@ -185,21 +198,21 @@ class Job:
         self.attempt += 1
         if self._began or self._first_output_s == math.inf:
             return
-        loop = asyncio.get_running_loop()
-        self._first_by = loop.time() + self._first_output_s
-        self._rearm(loop)
+        self._first_by = asyncio.get_running_loop().time() + self._first_output_s
+        self._rearm()
 
     def left_engine(self) -> None:
         """It is off its engine (preempted, or its replica failed it): no first-output limit
-        runs until it is placed again (its timer, if earlier, re-arms for the deadline)."""
+        runs until it is placed again (its entry, if earlier, re-arms for the deadline)."""
         self._first_by = math.inf
 
     # -- for the API edges ---------------------------------------------------------------
-    async def take(self) -> list[Delta]:
-        return await self.out.take()
+    def take(self) -> Coroutine[None, None, list[Delta]]:
+        """Its stream's `take` (no frame of its own while a client side waits on it)."""
+        return self.out.take()
 
     def arm(self, deadline: float, first_output_s: float, *, cuts: bool = True) -> None:
-        """Start the request's clock (loop time), one timer for both limits: no output within
+        """Start the request's clock (loop time), one deadline for both limits: no output within
         `first_output_s` of reaching an engine, or not finished by `deadline`, fails the
         client's stream with a 504 and aborts the engine request at once. `cuts`: past the
         deadline, a client side stuck in a write is cancelled (its task: the caller's); False
@@ -210,27 +223,29 @@ class Job:
         self._task = asyncio.current_task() if cuts else None
         if self.attempt and not self._began:  # placed on admission, before the clock started
             self._first_by = loop.time() + first_output_s
-        self._rearm(loop)
+        self._rearm()
 
-    def _rearm(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _rearm(self) -> None:
         when = self._deadline if self._began else min(self._deadline, self._first_by)
         if when == math.inf:
             return
-        if self._timer is not None:
-            if self._timer.when() <= when:
-                return
-            self._timer.cancel()
-        self._timer = loop.call_at(when, self._expire)
+        if self._due != math.inf:
+            if self._due <= when:
+                return  # (it expires first, and comes back here)
+            self._deadlines.remove(self, self._tick)
+        self._due = when
+        self._tick = self._deadlines.add(self, when)
 
-    def _expire(self) -> None:
-        self._timer = None
+    def expire(self) -> None:
+        """Its entry on the wheel has come: the limit it was for, or the next one."""
+        self._due = math.inf
         loop = asyncio.get_running_loop()
         now = loop.time()
         done = self.state is _DONE
         if not done and not self._began and now >= self._first_by:
             error = GatewayTimeout("Timed out waiting for the engine to start.")
         elif now < self._deadline:
-            self._rearm(loop)
+            self._rearm()
             return
         elif done:
             # The engine side is over; a client side still here past the deadline is stuck in
@@ -258,7 +273,7 @@ class Job:
 
     def handover(self) -> None:
         """Its client side moves to the current task (a stream kept going after its client
-        left): the timer cuts that task from now on."""
+        left): past the deadline, that task is cut from now on."""
         self._task = asyncio.current_task()
 
     @property
@@ -269,10 +284,13 @@ class Job:
     def close(self, timed_out: bool = False) -> None:
         """The client is done with the request (finished, failed, gone or out of time)."""
         self._task = None
+        if self._due != math.inf:
+            self._deadlines.remove(self, self._tick)
+            self._due = math.inf
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not stale(self.state) and not self.timed_out:  # (its timer told the scheduler)
+        if not stale(self.state) and not self.timed_out:  # (its expiry told the scheduler)
             self.events.post(Left(self, timed_out))
 
 

@@ -19,6 +19,7 @@ from typing import Protocol
 from gateway.config.tenants import SchedulingConfig
 from gateway.policy.preemption import Preemption
 from gateway.policy.priority_queue import Overflow, Waiter
+from gateway.runtime.deadlines import Deadlines
 from gateway.runtime.events import EventQueue, Failed, Finished, Left
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
@@ -80,6 +81,7 @@ class Scheduler:
         self.pools: dict[str, Pool] = {}
         self.on_queue_wait: Callable[[Job, float], None] | None = None
         self._beats = KeepAlives()
+        self.deadlines = Deadlines()  # its jobs' (job.py)
         self._timer: Cancellable | None = None
         self._timer_at = math.inf
         self._closed = False
@@ -138,6 +140,7 @@ class Scheduler:
             return
         result = pool.queue.push(job.waiter, now)
         if isinstance(result, Overflow):
+            job.waiter = None  # (never queued: no cycle left for the collector)
             raise overflow_error(result)
         self._queued(job, now)
         if result.evicted is not None:
@@ -324,6 +327,7 @@ class Scheduler:
 
     def _done(self, job: Job) -> None:
         """Once per job, whichever way it ended: its charge is settled, its line logged."""
+        job.waiter = None  # (its waiter names it: freed now, not by the collector)
         if self._on_done is not None:
             self._on_done(job)
 

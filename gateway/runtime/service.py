@@ -85,6 +85,7 @@ class Service:
             tenant=tenant.name,
             priority=priority,
             arrival=now,
+            deadlines=self.scheduler.deadlines,
         )
         job.ticket = ticket
         if self.metrics is not None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from gateway.api.error_shapes import error_shape
 from gateway.api.http_errors import ClosingError
 from gateway.api.lean import wire
-from gateway.api.lean.head import Head
+from gateway.api.lean.head import KEPT, Head
 from gateway.api.openai.exchange import Reply
 from gateway.api.replies import error_parts
 from gateway.types import GatewayError
@@ -92,7 +92,11 @@ class LeanExchange:
         return self._conn.transport
 
     def header(self, name: str) -> str | None:
-        return self.head.headers.get(name.lower())
+        """(Of the headers head.KEPT only: asking for another is a bug, not a missing header.)"""
+        name = name.lower()
+        if name not in KEPT:
+            raise KeyError(f"the lean path keeps no {name!r} header (head.KEPT)")
+        return self.head.headers.get(name)
 
     async def body(self, max_bytes: int, gap_s: float) -> bytes:
         """(Read whole by the connection, within the same limits, before the handler ran.)

@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 import httptools
 
-__all__ = ["LEAN_PATHS", "Head", "HeadLimits", "HeadReader", "Verdict"]
+__all__ = ["KEPT", "LEAN_PATHS", "Head", "HeadLimits", "HeadReader", "Verdict"]
 
 Kind = Literal["chat", "completion"]
 LEAN_PATHS: Final[dict[bytes, Kind]] = {
@@ -25,6 +25,9 @@ LEAN_PATHS: Final[dict[bytes, Kind]] = {
 MAX_HEAD_BYTES: Final = 8192
 _REFUSED: Final = frozenset({"transfer-encoding", "expect", "upgrade", "content-encoding"})
 _CONNECTION: Final = {None: False, "keep-alive": False, "close": True}
+# The headers a served request keeps, for its handler (`LeanExchange.header`): the rest are
+# checked and dropped, not held for the life of a stream (the OpenAI SDK sends ~15).
+KEPT: Final = frozenset({"authorization", "x-priority", "x-request-id", "x-session-id"})
 
 
 class HeadLimits:
@@ -47,7 +50,7 @@ class Head:
     ) -> None:
         self.kind = kind
         self.path = path
-        self.headers = headers  # lower-case names
+        self.headers = headers  # of those KEPT, by lower-case name
         self.length = length  # of the body
         self.close = close  # the client asked for `Connection: close`
 
@@ -55,28 +58,38 @@ class Head:
 Verdict = Head | Literal[False] | None  # the head; not lean; more bytes needed
 
 
-class HeadReader:
-    """One request's head, fed as it arrives (`feed`); httptools calls back into it."""
+class _Fields:
+    """What httptools reports of a head (its callbacks): apart from the reader, so that the
+    parser, which holds its callbacks, and the reader, which holds the parser, make no cycle
+    (a request's reader is freed when it is dropped, not by the cyclic collector)."""
 
-    __slots__ = ("_complete", "_fields", "_limits", "_parser", "_size", "_url")
+    __slots__ = ("complete", "fields", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.fields: list[tuple[bytes, bytes]] = []
+        self.complete = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.fields.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.complete = True
+
+
+class HeadReader:
+    """One request's head, fed as it arrives (`feed`)."""
+
+    __slots__ = ("_got", "_limits", "_parser", "_size")
 
     def __init__(self, limits: HeadLimits) -> None:
         self._limits = limits
-        self._parser = httptools.HttpRequestParser(self)
-        self._url = b""
-        self._fields: list[tuple[bytes, bytes]] = []
-        self._complete = False
+        self._got = _Fields()
+        self._parser = httptools.HttpRequestParser(self._got)
         self._size = 0
-
-    # -- httptools' callbacks ----------------------------------------------------------------
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._fields.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        self._complete = True
 
     # -- the verdict -------------------------------------------------------------------------
     def feed(self, data: bytes, whole: bool) -> Verdict:
@@ -86,45 +99,53 @@ class HeadReader:
             self._parser.feed_data(data)
         except httptools.HttpParserError:
             return False
+        got = self._got
         if whole:
-            return self._head() if self._complete else False
-        if self._size > MAX_HEAD_BYTES or self._complete:
+            return self._head() if got.complete else False
+        if self._size > MAX_HEAD_BYTES or got.complete:
             return False
-        if self._fields and (
-            self._url.partition(b"?")[0] not in LEAN_PATHS or self._parser.get_method() != b"POST"
+        if got.fields and (
+            got.url.partition(b"?")[0] not in LEAN_PATHS or self._parser.get_method() != b"POST"
         ):
             return False  # (its request line is whole)
         return None
 
     def _head(self) -> Head | Literal[False]:
-        parser, limits = self._parser, self._limits
-        url = self._url
+        parser, limits, got = self._parser, self._limits, self._got
+        url = got.url
         path, _, _ = url.partition(b"?")
         kind = LEAN_PATHS.get(path)
         if kind is None or b"#" in url or parser.get_method() != b"POST":
             return False
         if parser.get_http_version() != "1.1" or len(url) + 14 > limits.max_line:
             return False
-        fields = self._fields
+        fields = got.fields
         if len(fields) > limits.max_headers:
             return False
         headers: dict[str, str] = {}
+        seen: set[str] = set()
+        length = connection = ""
         for raw_name, raw_value in fields:
             if len(raw_name) > limits.max_field or len(raw_value) > limits.max_field:
                 return False
             if not raw_value.isascii():
                 return False
             name = raw_name.decode("ascii").lower()
-            if name in headers or name in _REFUSED:
+            if name in seen or name in _REFUSED:
                 return False
-            headers[name] = raw_value.decode("ascii")
-        length = headers.get("content-length")
-        if length is None or not length.isdigit() or len(length) > 18:
+            seen.add(name)
+            if name in KEPT:
+                headers[name] = raw_value.decode("ascii")
+            elif name == "content-length":
+                length = raw_value.decode("ascii")
+            elif name == "connection":
+                connection = raw_value.decode("ascii")
+        if not length.isdigit() or len(length) > 18:
             return False
         size = int(length)
         if size > limits.max_body_bytes:
             return False
-        close = _CONNECTION.get(headers.get("connection", "").lower() or None)
+        close = _CONNECTION.get(connection.lower() or None)
         if close is None:
             return False
         return Head(kind, path.decode("ascii"), headers, size, close)

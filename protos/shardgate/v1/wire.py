@@ -16,6 +16,7 @@ A frame over `MAX_FRAME` bytes, or a body that does not decode, ends the connect
 from __future__ import annotations
 
 import struct
+from typing import Annotated
 
 import msgspec
 
@@ -26,13 +27,15 @@ MAGIC_PREFIX = b"SGL"
 MAGIC = MAGIC_PREFIX + bytes([PROTOCOL_VERSION])
 MAX_FRAME = 64 << 20
 _LEN = struct.Struct("<I")
+# engine.proto's token ids are int32s: a frame with one out of that range does not decode.
+TokenId = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 
 
 class WireDelta(msgspec.Struct, array_like=True, gc=False):
     """engine.proto `Delta`, same fields in the same meaning."""
 
     key: int
-    token_ids: list[int] = []
+    token_ids: list[TokenId] = []
     text: str = ""
     finish: int = 0
     prompt_tokens: int = 0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 
 from gateway.api.lean import wire
+from gateway.api.lean.exchange import LeanExchange
 from gateway.api.lean.head import MAX_HEAD_BYTES, Head, HeadLimits, HeadReader
 
 LIMITS = HeadLimits(max_line=200, max_field=100, max_headers=6, max_body=1000)
@@ -43,9 +46,22 @@ def test_heads_the_lean_path_takes(
     assert (got.path, got.kind, got.length, got.close) == (path, kind, length, close)
 
 
-def test_header_names_are_lower_case_and_values_kept() -> None:
-    got = lean(CHAT + b"Authorization: Bearer sk-1\r\nX-Priority: 3\r\nContent-Length: 2\r\n\r\n")
-    assert got.headers == {"authorization": "Bearer sk-1", "x-priority": "3", "content-length": "2"}
+def test_the_headers_its_handler_reads_are_kept_by_lower_case_name_the_rest_dropped() -> None:
+    got = lean(
+        CHAT + b"Authorization: Bearer sk-1\r\nX-Priority: 3\r\nUser-Agent: OpenAI/Python\r\n"
+        b"Content-Length: 2\r\n\r\n"
+    )
+    assert got.headers == {"authorization": "Bearer sk-1", "x-priority": "3"}
+    assert got.length == 2
+
+
+def test_its_exchange_answers_for_the_kept_headers_and_refuses_to_guess_the_others() -> None:
+    head = lean(CHAT + b"Authorization: Bearer sk-1\r\nUser-Agent: x\r\nContent-Length: 2\r\n\r\n")
+    ex = LeanExchange(cast(Any, None), head, b"{}")
+    assert ex.header("Authorization") == "Bearer sk-1"
+    assert ex.header("x-session-id") is None  # kept when sent: not sent
+    with pytest.raises(KeyError, match="user-agent"):
+        ex.header("user-agent")  # dropped: a handler that asks is wrong, not told None
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""A job's one timer: the first-output limit (counted from the moment the request reaches an
+"""A job's one deadline: the first-output limit (counted from the moment the request reaches an
 engine), then the deadline; what the client side sees, and that the scheduler hears of it at
 once (a `Left` event)."""
 
@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from gateway.runtime.deadlines import Deadlines
 from gateway.runtime.events import EventQueue, Left
 from gateway.runtime.job import Job
 from gateway.runtime.lifecycle import State
@@ -108,13 +109,16 @@ async def test_a_delta_pending_when_the_first_limit_passes_counts_as_output() ->
     j.close()
 
 
-async def test_close_stops_the_timer_and_tells_the_scheduler_once() -> None:
+async def test_close_takes_its_deadline_off_the_wheel_and_tells_the_scheduler_once() -> None:
     events = Events()
-    j = job(events)
+    wheel = Deadlines()
+    req = GenerationRequest("r1", "m", Sampling(max_tokens=8), prompt="hi")
+    j = Job(req, events, ResponseStream(64), deadlines=wheel)
     loop = asyncio.get_running_loop()
     j.arm(loop.time() + 0.05, 0.02)
+    assert len(wheel) == 1
     j.close()  # the client side is done (not finished: the scheduler hears Left once)
-    assert j._timer is None
+    assert len(wheel) == 0 and j._timer is None
     [gone] = events.left()
     assert not gone.timed_out and not j.timed_out
 

@@ -255,7 +255,7 @@ class Runtime(RuleBasedStateMachine):
         for j, got in self.seen.items():
             want = [token(j.request.request_id, i) for i in range(len(got))]
             assert got == want, f"{j.request.request_id}: {got} != {want}"
-            assert j.generated[: len(got)] == got
+            assert j.generated[: len(got)].tolist() == got
 
     @invariant()
     def what_cannot_resume_is_never_preempted_or_moved_after_a_token(self) -> None:
