@@ -24,6 +24,10 @@ PROFILES: dict[str, TimingProfile] = {
     ),
     # A real decode pace: one token every 10 ms, whatever the batch (the paced bench).
     "paced-10ms": TimingProfile(decode_base_s=0.010),
+    # One token every 500 ms: 10,000 streams at a pace one small machine sustains (20,000
+    # tokens/s for the client, the gateway and the sims together; at 10 ms they would ask for
+    # 1,000,000), for the memory an open stream costs rather than that of a backlog.
+    "paced-500ms": TimingProfile(decode_base_s=0.5),
     # The seeds' figures: ~45 tokens/s for one stream, prefill ~8k tokens/s.
     "llama-70b-a100-tp8": TimingProfile(
         decode_base_s=0.022,
