@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LeanExchange", "LeanOutbound"]
 
+_SENT: dict[str, str] = {}  # an outbound's headers once in its head (never written to)
+
 
 class LeanOutbound:
     """A chunked 200: its head leaves with its first write, in the same `send()`."""
@@ -52,6 +54,7 @@ class LeanOutbound:
             self._head = wire.stream_head(
                 self._headers, self._conn.close_after, wire.http_date(time.time())
             )
+            self._headers = _SENT  # (in its head: not held for the rest of the stream)
 
     def _framed(self, data: bytes) -> bytes:
         head = self._head

@@ -39,6 +39,18 @@ _encode: Final = _encoder.encode
 _encode_into: Final = _encoder.encode_into
 
 _NO_CHOICE_TAIL: Final = b',"logprobs":null,"finish_reason":null}]}\n\n'
+# The parts of a stream's events after its choice's index that every stream of a kind shares
+# (one copy, not one per open stream): token suffix, text end before logprobs, finish middle.
+_CHAT_PARTS: Final = (
+    b"}" + _NO_CHOICE_TAIL,
+    b'},"logprobs":',
+    b'"delta":{},"logprobs":null,"finish_reason":',
+)
+_TEXT_PARTS: Final = (
+    _NO_CHOICE_TAIL,
+    b',"logprobs":',
+    b'"text":"","logprobs":null,"finish_reason":',
+)
 
 
 def _scrub(text: str) -> str:
@@ -70,11 +82,11 @@ class ChunkEncoder:
     """Renders the SSE events of one streamed response (chat or text completion)."""
 
     __slots__ = (
-        "_choice",
         "_finish_mid",
-        "_head",
+        "_head_len",
+        "_lead_len",
         "_logprobs",
-        "_role_tail",
+        "_role",
         "_token_prefix",
         "_token_suffix",
         "_token_text_end",
@@ -111,24 +123,20 @@ class ChunkEncoder:
                 b',"choices":',
             )
         )
-        self._head = head
         self._logprobs = logprobs
         choice = b'[{"index":%d,' % index
-        self._choice = choice
-        # The first and the last event are made when written (once a stream): an open stream
-        # holds only the parts of its token events.
+        # An open stream holds its token events' prefix only: the head and the choice are its
+        # first bytes; the first and last events are made when written (once a stream).
+        self._head_len = len(head)
+        self._lead_len = len(head) + len(choice)
         if kind == "chat":
-            self._role_tail = b'"delta":{"role":%s,"content":""}' % _encode(role) + _NO_CHOICE_TAIL
+            self._role = role
             self._token_prefix = head + choice + b'"delta":{"content":'
-            self._token_suffix = b"}" + _NO_CHOICE_TAIL
-            self._token_text_end = b'},"logprobs":'
-            self._finish_mid = b'"delta":{},"logprobs":null,"finish_reason":'
+            self._token_suffix, self._token_text_end, self._finish_mid = _CHAT_PARTS
         else:
-            self._role_tail = b""
+            self._role = ""
             self._token_prefix = head + choice + b'"text":'
-            self._token_suffix = _NO_CHOICE_TAIL
-            self._token_text_end = b',"logprobs":'
-            self._finish_mid = b'"text":"","logprobs":null,"finish_reason":'
+            self._token_suffix, self._token_text_end, self._finish_mid = _TEXT_PARTS
 
     def plain_tokens(self) -> tuple[bytes, bytes] | None:
         """(before, after) the JSON string of the text in every token event of this stream
@@ -140,8 +148,10 @@ class ChunkEncoder:
 
     def role_chunk(self) -> bytes:
         """The first event of a chat stream (the assistant role); b"" for completions."""
-        tail = self._role_tail
-        return self._head + self._choice + tail if tail else b""
+        if not self._role:
+            return b""
+        role = b'"delta":{"role":%s,"content":""}' % _encode(self._role)
+        return self._token_prefix[: self._lead_len] + role + _NO_CHOICE_TAIL
 
     def token_chunk_into(
         self, buf: bytearray, text: str, logprobs: list[Logprobs] | None = None
@@ -165,8 +175,7 @@ class ChunkEncoder:
     ) -> None:
         """Append one chat SSE event whose `delta` is `delta` (a parsed answer's piece), with
         its tokens' logprobs."""
-        buf += self._head
-        buf += self._choice
+        buf += memoryview(self._token_prefix)[: self._lead_len]
         buf += b'"delta":'
         start = len(buf)
         try:
@@ -184,15 +193,14 @@ class ChunkEncoder:
 
     def finish_chunk_into(self, buf: bytearray, finish_reason: str) -> None:
         """Append the event with an empty delta/text and `finish_reason` to `buf`."""
-        buf += self._head
-        buf += self._choice
+        buf += memoryview(self._token_prefix)[: self._lead_len]
         buf += self._finish_mid
         _encode_into(finish_reason, buf, -1)
         buf += b"}]}\n\n"
 
     def usage_chunk_into(self, buf: bytearray, usage: Usage) -> None:
         """Append the usage event (``"choices": []``, as with stream_options.include_usage)."""
-        buf += self._head
+        buf += memoryview(self._token_prefix)[: self._head_len]
         buf += b'[],"usage":'
         _encode_into(_usage(usage), buf, -1)
         buf += b"}\n\n"

@@ -196,9 +196,13 @@ class OpenAIServing:
                 log.attach(writer)
             started = True
             resp = ex.sse({**SSE_HEADERS, **headers})
+            named = "x-shardgate-replica" in headers
+            del headers, kept  # (this frame lasts as long as the stream: it keeps none of it)
             await resp.start()
             try:
-                return await self._write(ex, resp, gen, relay, batch, headers)
+                written = self._write(ex, resp, gen, relay, batch, named)
+                del batch  # (the first batch: the write's, while it needs it)
+                return await written
             except (asyncio.CancelledError, ConnectionResetError) as e:
                 handed = self._detach(ex, gen, relay, log, writer)
                 if handed and isinstance(e, ConnectionResetError):
@@ -241,8 +245,9 @@ class OpenAIServing:
         gen: Job,
         relay: Relay,
         batch: list[Delta],
-        headers: dict[str, str],
+        named: bool,
     ) -> Outbound:
+        """`named`: the response's head names the replica (x-shardgate-replica)."""
         enc, buf = relay.enc, relay.buf
         if batch and not gen.began:
             try:
@@ -251,7 +256,7 @@ class OpenAIServing:
                 relay.error(e)
                 await resp.write_eof(relay.take())
                 return resp
-            if gen.first_replica and "x-shardgate-replica" not in headers:
+            if gen.first_replica and not named:
                 # The head left before a replica took it: named here instead.
                 buf += b": x-shardgate-replica: %s\n\n" % gen.first_replica.encode()
         relay.begin(batch)
@@ -262,6 +267,7 @@ class OpenAIServing:
         if self.settings.direct_writes and transport is not None and not slow:
             plain = enc.plain_tokens() if relay.tape is not None else None
             sink = DirectSink(transport, resp.chunked, enc, relay.tally, relay.tape, plain)
+            del plain  # (this frame lasts as long as the stream)
         try:
             try:
                 await self._relay(resp, gen, relay, batch, sink)
