@@ -17,6 +17,7 @@ take (gateway/api/lean/head.py says which).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from typing import TYPE_CHECKING, cast
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 # Bytes of later requests held while one is answered, before reading pauses.
 PIPELINE_BYTES = 256 << 10
+# The name of every request handler's task (the request id is in its log lines).
+_TASK_NAME = "lean-request"
 
 
 class LeanProtocol(asyncio.Protocol):
@@ -165,8 +168,13 @@ class LeanProtocol(asyncio.Protocol):
         del buf[:end]
         self._head = None
         self.close_after = head.close or self._front.draining
-        task = self.task = self._loop.create_task(self._front.serve(LeanExchange(self, head, body)))
-        task.add_done_callback(self._served)
+        # One context for the task and its done callback, and one name for every request's
+        # task: a task's own name and contexts cost ~300 bytes for the length of a stream.
+        ctx = contextvars.copy_context()
+        task = self.task = self._loop.create_task(
+            self._front.serve(LeanExchange(self, head, body)), name=_TASK_NAME, context=ctx
+        )
+        task.add_done_callback(self._served, context=ctx)
 
     def _served(self, task: asyncio.Task[None]) -> None:
         self.task = None

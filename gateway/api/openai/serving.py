@@ -270,7 +270,9 @@ class OpenAIServing:
             del plain  # (this frame lasts as long as the stream)
         try:
             try:
-                await self._relay(resp, gen, relay, batch, sink)
+                relayed = self._relay(resp, gen, relay, batch, sink)
+                del batch  # (the first batch: the relay's, while it needs it)
+                await relayed
             finally:
                 gen.out.sink = None
                 if sink is not None:
@@ -313,4 +315,5 @@ class OpenAIServing:
                 wrote = True
             if sink is not None and wrote:
                 out.sink = sink  # everything taken is written: later tokens may go direct
+            del batch  # (written: not held while it waits for the next, the stream's length)
             batch = await gen.take()
