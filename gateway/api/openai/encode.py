@@ -129,12 +129,13 @@ class ChunkEncoder:
         # first bytes; the first and last events are made when written (once a stream).
         self._head_len = len(head)
         self._lead_len = len(head) + len(choice)
+        self._role: str | None
         if kind == "chat":
             self._role = role
             self._token_prefix = head + choice + b'"delta":{"content":'
             self._token_suffix, self._token_text_end, self._finish_mid = _CHAT_PARTS
         else:
-            self._role = ""
+            self._role = None  # (no role chunk)
             self._token_prefix = head + choice + b'"text":'
             self._token_suffix, self._token_text_end, self._finish_mid = _TEXT_PARTS
 
@@ -148,7 +149,7 @@ class ChunkEncoder:
 
     def role_chunk(self) -> bytes:
         """The first event of a chat stream (the assistant role); b"" for completions."""
-        if not self._role:
+        if self._role is None:
             return b""
         role = b'"delta":{"role":%s,"content":""}' % _encode(self._role)
         return self._token_prefix[: self._lead_len] + role + _NO_CHOICE_TAIL
