@@ -5,7 +5,10 @@ a timer handle, a libuv timer, a context and a bound method, ~600 bytes held for
 of every stream, and a libuv timer started and stopped per request. Here a deadline is an entry
 in the bucket of its tick (`TICK_S` wide): one loop timer, set for the earliest tick that has a
 bucket, expires the entries of every tick that has come. An entry expires at its time or up to
-`TICK_S` after it, never before; removing one is a dict deletion.
+`TICK_S` after it, never before (by the loop's clock, to 10 ns); removing one is a dict
+deletion. An entry added while a tick
+is being expired, for that tick or an earlier one, goes to the next tick: an owner that adds
+again for a time already past expires once a tick at most, never in a loop.
 
 The scheduler owns one per gateway (its jobs' `arm` adds to it); it uses the loop it is first
 used in.
@@ -20,6 +23,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 TICK_S = 0.01
+# uvloop's clock counts whole milliseconds: a tick's time, `tick * TICK_S`, can come out a
+# rounding step above the time its timer fires at; a tick is due when the clock is within this
+# fraction of a tick of it (10 ns).
+_DUE_SLACK = 1e-6
 
 
 class Expiring(Protocol):
@@ -42,7 +49,7 @@ class Cancellable(Protocol):
 
 
 class Deadlines:
-    __slots__ = ("_armed", "_buckets", "_handle", "_loop", "_ticks")
+    __slots__ = ("_armed", "_buckets", "_floor", "_handle", "_loop", "_ticks")
 
     def __init__(self, loop: Timers | None = None) -> None:
         """`loop`: the running loop at the first `add` unless given."""
@@ -51,6 +58,7 @@ class Deadlines:
         self._ticks: list[int] = []  # the buckets' ticks, a heap (an emptied one's may stay)
         self._handle: Cancellable | None = None
         self._armed = math.inf  # the tick the loop timer is set for
+        self._floor = 0  # the first tick not yet expired: no entry goes to an earlier one
 
     def __len__(self) -> int:
         return sum(map(len, self._buckets.values()))
@@ -61,6 +69,8 @@ class Deadlines:
         tick = math.ceil(when / TICK_S)
         if tick * TICK_S < when:  # (the float product is when its tick fires: never before)
             tick += 1
+        if tick < self._floor:
+            tick = self._floor  # (its time has passed: the next tick to expire)
         bucket = self._buckets.get(tick)
         if bucket is None:
             bucket = self._buckets[tick] = {}
@@ -92,19 +102,21 @@ class Deadlines:
         assert loop is not None
         self._handle = None
         self._armed = math.inf
-        now = loop.time()
+        now_tick = math.floor(loop.time() / TICK_S + _DUE_SLACK)
         ticks, buckets = self._ticks, self._buckets
         due: list[int] = []
-        while ticks and ticks[0] * TICK_S <= now:
+        while ticks and ticks[0] <= now_tick:
             tick = heapq.heappop(ticks)
             if tick in buckets:
                 due.append(tick)
+        self._floor = max(self._floor, now_tick + 1)
         while ticks and ticks[0] not in buckets:
             heapq.heappop(ticks)  # emptied before their time
         if ticks:
             self._arm(ticks[0])
         # Each bucket stays reachable while it is emptied: an owner removed meanwhile (by
-        # another's expiry) does not expire; one that adds again lands in a later tick.
+        # another's expiry) does not expire; one that adds again lands in a later tick (the
+        # floor).
         for tick in due:
             bucket = buckets.get(tick)
             while bucket:

@@ -226,7 +226,9 @@ class Job:
         self._rearm()
 
     def _rearm(self) -> None:
-        when = self._deadline if self._began else min(self._deadline, self._first_by)
+        # (the first-output limit holds until its first output, and not once it has ended)
+        past_first = self._began or stale(self.state)
+        when = self._deadline if past_first else min(self._deadline, self._first_by)
         if when == math.inf:
             return
         if self._due != math.inf:

@@ -3,6 +3,7 @@ before; a removed one never; one loop timer, set for the earliest entry."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -191,3 +192,56 @@ def test_an_owner_removed_by_another_s_expiry_in_the_same_tick_does_not_expire()
     ticks["c"] = wheel.add(c, 100.6)
     loop.run_until(101.0)
     assert [n for n, _ in log] == ["a"] and len(wheel) == 0
+
+
+def test_an_owner_that_adds_again_for_a_time_past_expires_at_the_next_tick_not_in_a_loop() -> None:
+    """(An owner whose limit has passed and that adds again for it, as it expires: it lands in
+    the next tick, not in the bucket being expired, which would never empty.)"""
+    loop, log = Loop(), list[tuple[str, float]]()
+    wheel = Deadlines(loop)
+
+    class Past(Owner):
+        def expire(self) -> None:
+            super().expire()
+            if len(self.log) < 5:
+                wheel.add(self, self.loop.now - 1.0)
+
+    wheel.add(Past(loop, "a", log), 100.5)
+    loop.run_until(101.0)
+    times = [t for _, t in log]
+    assert len(times) == 5
+    assert all(b - a == pytest.approx(TICK_S) for a, b in itertools.pairwise(times))
+
+
+class MsLoop(Loop):
+    """uvloop's clock: whole milliseconds; a timer fires once that clock reaches its time."""
+
+    fired = 0
+
+    def time(self) -> float:
+        return math.floor(self.now * 1000 + 1e-6) / 1000
+
+    def run_until(self, t: float) -> None:
+        while True:
+            due = [h for h in self.timers if not h.cancelled and h.when <= t]
+            if not due:
+                break
+            h = min(due, key=lambda h: h.when)
+            self.timers.remove(h)
+            self.now = max(self.now, math.ceil(h.when * 1000 - 1e-6) / 1000)
+            h.fn()
+            self.fired += 1
+            assert self.fired < 10_000, "the wheel's timer spins"
+        self.now = t
+
+
+def test_on_a_clock_of_whole_milliseconds_each_tick_fires_once() -> None:
+    """tick * TICK_S may come out a rounding step above the millisecond its timer fires at
+    (6571893 * 0.01 == 65718.93000000001): the tick is due then all the same."""
+    loop, log = MsLoop(), list[tuple[str, float]]()
+    loop.now = 65718.9
+    wheel = Deadlines(loop)
+    for i in range(100):
+        wheel.add(Owner(loop, str(i), log), 65718.9 + i * TICK_S + 0.005)
+    loop.run_until(65725.0)
+    assert len(log) == 100 and loop.fired == 100

@@ -177,3 +177,33 @@ async def test_a_request_off_its_engine_is_not_held_to_the_first_output_limit() 
         while True:
             await j.take()
     j.close()
+
+
+async def test_once_ended_its_entry_is_for_the_deadline_only() -> None:
+    """An ended job's first-output limit no longer applies: when its entry comes after that
+    limit, it goes back on the wheel for the deadline, not for the limit that has passed
+    (which would expire it again at once, and again)."""
+    came = asyncio.Event()
+
+    class Counting(Job):
+        __slots__ = ("expired",)
+
+        def expire(self) -> None:
+            self.expired += 1
+            super().expire()
+            came.set()
+
+    events = Events()
+    wheel = Deadlines()
+    req = GenerationRequest("r1", "m", Sampling(max_tokens=8), prompt="hi")
+    j = Counting(req, events, ResponseStream(64), deadlines=wheel)
+    j.expired = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    j.arm(deadline, 0.02)
+    place(j)
+    j.state = State.DONE  # ended, with no output seen here (as the test sets it)
+    await asyncio.wait_for(came.wait(), 10)  # its first-output limit's entry came
+    assert j.expired == 1 and len(wheel) == 1
+    assert j._due == deadline  # back on the wheel, for the deadline
+    j.close()
