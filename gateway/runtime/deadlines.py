@@ -27,6 +27,8 @@ TICK_S = 0.01
 # rounding step above the time its timer fires at; a tick is due when the clock is within this
 # fraction of a tick of it (10 ns).
 _DUE_SLACK = 1e-6
+# Ticks of emptied buckets the heap may hold beyond twice the buckets, before it is rebuilt.
+_SLACK_TICKS = 1024
 
 
 class Expiring(Protocol):
@@ -55,7 +57,7 @@ class Deadlines:
         """`loop`: the running loop at the first `add` unless given."""
         self._loop = loop
         self._buckets: dict[int, dict[Expiring, None]] = {}
-        self._ticks: list[int] = []  # the buckets' ticks, a heap (an emptied one's may stay)
+        self._ticks: list[int] = []  # the buckets' ticks, a heap (emptied ones' may stay)
         self._handle: Cancellable | None = None
         self._armed = math.inf  # the tick the loop timer is set for
         self._floor = 0  # the first tick not yet expired: no entry goes to an earlier one
@@ -71,10 +73,18 @@ class Deadlines:
             tick += 1
         if tick < self._floor:
             tick = self._floor  # (its time has passed: the next tick to expire)
-        bucket = self._buckets.get(tick)
+        buckets = self._buckets
+        bucket = buckets.get(tick)
         if bucket is None:
-            bucket = self._buckets[tick] = {}
-            heapq.heappush(self._ticks, tick)
+            bucket = buckets[tick] = {}
+            ticks = self._ticks
+            heapq.heappush(ticks, tick)
+            if len(ticks) > 2 * len(buckets) + _SLACK_TICKS:
+                # Emptied buckets' ticks stay until they come (a deadline is minutes away and
+                # most requests end in seconds): the heap is rebuilt from the buckets once they
+                # outnumber them, so it holds at most about twice as many.
+                self._ticks = ticks = list(buckets)
+                heapq.heapify(ticks)
             if tick < self._armed:
                 self._arm(tick)
         bucket[owner] = None

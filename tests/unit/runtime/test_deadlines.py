@@ -245,3 +245,18 @@ def test_on_a_clock_of_whole_milliseconds_each_tick_fires_once() -> None:
         wheel.add(Owner(loop, str(i), log), 65718.9 + i * TICK_S + 0.005)
     loop.run_until(65725.0)
     assert len(log) == 100 and loop.fired == 100
+
+
+def test_entries_removed_long_before_their_time_leave_the_heap_bounded() -> None:
+    """Most requests end long before their deadline: their emptied buckets' ticks do not pile
+    up in the heap until their time (one per request over a deadline's minutes)."""
+    loop, log = Loop(), list[tuple[str, float]]()
+    wheel = Deadlines(loop)
+    live = [Owner(loop, "live", log)]
+    wheel.add(live[0], 100.0 + 3600)
+    for i in range(50_000):
+        o = Owner(loop, str(i), log)
+        wheel.remove(o, wheel.add(o, loop.now + 600.0))
+        loop.now += 0.001  # (a request a millisecond, each ending at once)
+    assert len(wheel) == 1 and not log
+    assert len(wheel._ticks) <= 2 * len(wheel._buckets) + 1025
