@@ -149,7 +149,9 @@ class Store:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             if on_abandoned is not None and not task.cancelled():
-                task.add_done_callback(on_abandoned)
+                task.remove_done_callback(self._done)  # the call counts as in flight until
+                task.add_done_callback(on_abandoned)  # `on_abandoned` has run
+                task.add_done_callback(self._done)
             raise
 
     async def _timed(self, op: str, work: Coroutine[Any, Any, T]) -> T:
@@ -165,6 +167,10 @@ class Store:
         finally:
             if self._observe is not None:
                 self._observe(op, time.perf_counter() - start)
+
+    def idle(self) -> bool:
+        """No call in flight (an abandoned one's `on_abandoned` has run once this is true)."""
+        return not self._tasks
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
