@@ -8,6 +8,7 @@ session's event loop runs on (the shared engine's gateways keep their heartbeats
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -39,6 +40,16 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _first_completion(url: str, timeout_s: float) -> None:
+    with urllib.request.urlopen(url + "/v1/models", timeout=timeout_s) as r:
+        model = json.load(r)["data"][0]["id"]
+    body = json.dumps({"model": model, "prompt": "Hi", "max_tokens": 1}).encode()
+    head = {"Content-Type": "application/json"}
+    post = urllib.request.Request(url + "/v1/completions", data=body, headers=head)
+    with urllib.request.urlopen(post, timeout=timeout_s) as r:
+        assert r.status == 200, f"vllm serve's first completion: {r.status}"
+
+
 def _start(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -60,6 +71,9 @@ async def vllm_serve(config: VllmConfig, log_path: Path, *flags: str) -> AsyncIt
                 tail = (await asyncio.to_thread(log_path.read_text, errors="replace"))[-4000:]
                 raise RuntimeError(f"vllm serve did not start (exit {proc.returncode}):\n{tail}")
             await asyncio.sleep(0.25)
+        # Its first completion can take many seconds more (the engine warming up on a busy
+        # CPU): the tests' clients hold it to deadlines of a few, so it is served one first.
+        await asyncio.to_thread(_first_completion, url, _START_TIMEOUT_S)
         yield url
     finally:
         proc.terminate()

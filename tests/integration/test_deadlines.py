@@ -109,10 +109,13 @@ def test_grpc_past_its_deadline_is_deadline_exceeded(slow: Cluster) -> None:
 
 @pytest.mark.parametrize("lean", ["false", "true"], ids=["aiohttp", "lean"])
 def test_a_client_that_stopped_reading_is_cut_off_at_the_deadline(lean: str) -> None:
-    """A client that never reads a response of megabytes: the engine finishes, the gateway's
-    writes back up, and at the deadline the gateway lets go of the connection (instead of a
-    handler holding the response until the client reads). With either HTTP path."""
-    sim = SimConfig(profile="instant", max_model_len=65536, num_kv_blocks=8192)
+    """A client that never reads a response of megabytes: the engine sends them and stalls
+    (it is still on the request at the deadline, however fast this machine streams), the
+    gateway's writes back up, and at the deadline the gateway lets go of the connection
+    (instead of a handler holding the response until the client reads). With either HTTP path.
+    (An engine that finished before the deadline: tests/unit/runtime/test_job_deadline.py.)"""
+    faults = SimFaults(hang_after_tokens=50_000)  # ~7 MB of chunks
+    sim = SimConfig(profile="instant", max_model_len=65536, num_kv_blocks=8192, faults=faults)
     c = Cluster(GATEWAY.replace("}", f", lean_http: {lean}}}"), [{"sim": sim}])
     c.start()
     try:

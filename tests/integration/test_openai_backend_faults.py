@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,6 +12,7 @@ import grpc
 import openai
 import pytest
 import pytest_asyncio
+from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engine_sidecar.backend import ChatMessage, ErrorCode, Finish, RequestError, Sampling
@@ -188,6 +190,30 @@ async def test_the_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch)
         try:
             submit(b, 1, 3)
             assert (await c.finished(1))[-1].finish is Finish.LENGTH
+        finally:
+            await b.stop()
+    finally:
+        await server.stop()
+
+
+class ColdServer(FakeEngineServer):
+    """An engine whose completions take far longer than an RPC (a cold or busy engine)."""
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.5)
+        return await super()._completions(request)
+
+
+async def test_the_start_probes_wait_for_a_slow_engine_as_completions_do() -> None:
+    """The probes at start are completions: held to a first chunk's deadline, not an RPC's."""
+    server = ColdServer()
+    await server.start()
+    try:
+        b = OpenAIBackend(config(server, rpc_timeout_s=0.1, first_chunk_timeout_s=30.0))
+        await b.start(Collector().sink)
+        try:
+            assert b.info().extra["token_ids"] == "yes"
+            assert any(body.get("return_token_ids") for body in server.bodies)
         finally:
             await b.stop()
     finally:

@@ -85,9 +85,9 @@ class EngineClient:
                     raise refusal(r.status, body)
                 return body
 
-    async def post(self, path: str, body: dict[str, Any]) -> Any:
+    async def post(self, path: str, body: dict[str, Any], timeout_s: float | None = None) -> Any:
         """The JSON answer to a POST; raises ServerRefused on an error status."""
-        async with asyncio.timeout(self._config.rpc_timeout_s):
+        async with asyncio.timeout(timeout_s or self._config.rpc_timeout_s):
             async with self._open().post(self._url + path, json=body) as r:
                 data = await r.read()
                 if r.status >= 400:

@@ -44,7 +44,8 @@ class OpenAIConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     # The connection pool to the server: at most this many connections at once.
     max_connections: PositiveInt = 1024
     connect_timeout_s: Seconds = 5.0
-    # The longest wait for a request's first chunk, then between two chunks.
+    # The longest wait for a request's first chunk (and for the one-token probe completions
+    # at start), then between two chunks.
     first_chunk_timeout_s: Seconds = 60.0
     chunk_timeout_s: Seconds = 30.0
     # The whole request.

@@ -43,12 +43,14 @@ async def served_model(client: EngineClient, model: str) -> ServedModel:
     raise RuntimeError(f"the engine server does not serve {model!r} (it serves {names})")
 
 
-async def takes_token_ids(client: EngineClient, model: str) -> bool:
-    """One tiny greedy completion with `return_token_ids`: do token ids come back?"""
+async def takes_token_ids(client: EngineClient, model: str, timeout_s: float) -> bool:
+    """One tiny greedy completion with `return_token_ids`: do token ids come back? (A probe is
+    a completion: `timeout_s` is a first token's, which a cold or busy engine can take far
+    longer than an RPC to give.)"""
     body = {"model": model, "prompt": "Hi", "max_tokens": 1, "temperature": 0.0}
     body["return_token_ids"] = True
     try:
-        answer = await client.post("/v1/completions", body)
+        answer = await client.post("/v1/completions", body, timeout_s)
     except ServerRefused as e:
         log.info("the engine server refuses return_token_ids (%s): text only", e.message)
         return False
@@ -59,12 +61,12 @@ async def takes_token_ids(client: EngineClient, model: str) -> bool:
     return isinstance(first, dict) and isinstance(first.get("token_ids"), list)
 
 
-async def takes_logprob_ids(client: EngineClient, model: str) -> bool:
+async def takes_logprob_ids(client: EngineClient, model: str, timeout_s: float) -> bool:
     """One tiny greedy completion with logprobs as token ids: do they come back so?"""
     body: dict[str, Any] = {"model": model, "prompt": "Hi", "max_tokens": 1, "temperature": 0.0}
     body.update(logprobs=1, return_tokens_as_token_ids=True)
     try:
-        answer = await client.post("/v1/completions", body)
+        answer = await client.post("/v1/completions", body, timeout_s)
     except ServerRefused as e:
         log.info("the engine server refuses logprobs as token ids (%s): none", e.message)
         return False
