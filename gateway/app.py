@@ -14,7 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from shardgate.v1 import gateway_pb2_grpc
 
-from gateway import collector
+from gateway import allocator, collector
 from gateway.api import grpc_api
 from gateway.api.forward import Forwarder
 from gateway.api.grpc_forward import ResumeOwner
@@ -243,7 +243,14 @@ class Gateway:
         validate_static(new)
         check_link_tls(new)
         old = self.config.gateway
-        restart_only = ("http", "grpc", "max_body_bytes", "streams", "lean_http")
+        restart_only = (
+            "http",
+            "grpc",
+            "max_body_bytes",
+            "streams",
+            "lean_http",
+            "malloc_mmap_threshold_bytes",
+        )
         for name in (*restart_only, *RESTART_ONLY_HTTP):
             if getattr(new.gateway, name) != getattr(old, name):
                 raise ValueError(f"gateway.{name} changes only with a restart")
@@ -363,6 +370,7 @@ class Gateway:
         if self.reloader is not None and s.watch_config:
             self.reloader.watch()
         collector.after_start(s.gc)
+        allocator.fix_mmap_threshold(s.malloc_mmap_threshold_bytes)
         log.info(
             "gateway: http %s:%d grpc %s:%d",
             s.http.host,

@@ -138,6 +138,10 @@ def test_a_valid_edit_applies_without_dropping_a_running_stream(cluster: Cluster
         ("gateway: {http: {port: 1}}\n", "restart"),
         ("gateway: {max_headers: 10}\n", "max_headers changes only with a restart"),
         ("gateway: {lean_http: false}\n", "lean_http changes only with a restart"),
+        (
+            "gateway: {malloc_mmap_threshold_bytes: null}\n",
+            "malloc_mmap_threshold_bytes changes only with a restart",
+        ),
     ],
 )
 def test_an_invalid_edit_changes_nothing_and_says_why(
