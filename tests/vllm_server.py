@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,14 +21,9 @@ from pathlib import Path
 
 from engine_sidecar.backends.vllm.config import VllmConfig
 from engine_sidecar.vllm_serve import serve_argv
+from tests.ports import free_port
 
 _START_TIMEOUT_S = 300.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _healthy(url: str) -> bool:
@@ -59,7 +53,7 @@ def _start(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.P
 async def vllm_serve(config: VllmConfig, log_path: Path, *flags: str) -> AsyncIterator[str]:
     """Start the server (its flags from `config`, then `flags`), wait until /health answers;
     yields its base URL (no /v1)."""
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "engine_sidecar.vllm_serve", *serve_argv(config, port, *flags)]
     env = {**os.environ, **config.env, "VLLM_TARGET_DEVICE": "cpu"}
     proc = await asyncio.to_thread(_start, argv, env, log_path)

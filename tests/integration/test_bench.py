@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from bench.plan import Plan
 from bench.runner import run_phase
 from bench.scenario import Scenario
 from tests.integration.cluster import Cluster
+from tests.ports import free_port, free_ports
 
 MAX_TOKENS = 12
 
@@ -127,24 +127,11 @@ async def test_gateway_errors_are_counted_by_kind_with_a_sample(cluster: Cluster
 
 
 async def test_refused_connections_are_counted_not_raised() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens there
     sc = scenario(requests=3, concurrency=1, connect_timeout_s=2.0)
     r = await run(OpenAITarget(f"http://127.0.0.1:{port}", sc), sc)
     assert r.errors == {"connect": 3}
     assert r.requests.failed == 3
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def test_cli_starts_a_gateway_from_a_config_and_reports(tmp_path: Path) -> None:

@@ -14,16 +14,11 @@ from typing import Any
 import pytest
 
 from gateway.config.loader import load
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(150)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(path: Path) -> None:

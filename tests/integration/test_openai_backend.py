@@ -3,6 +3,7 @@ openai) -> vllm serve. Greedy answers equal vllm serve's own, asked directly."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +20,7 @@ from engine_sidecar.config import SidecarConfig
 from engine_sidecar.server import Sidecar
 from gateway.app import Gateway
 from gateway.config.loader import parse
-from tests.contract.harness import eventually
+from tests.contract.harness import WAIT_S, eventually
 from tests.engines import require
 
 pytestmark = pytest.mark.timeout(600)  # may be the first to start the shared vllm serve
@@ -167,7 +168,12 @@ async def test_a_client_gone_aborts_the_request_on_the_server(
     )
     async for _ in stream:
         break
-    await eventually(lambda: backend.load().running == 1)
+    # Running on the server: read from its /metrics here and now, since the sidecar's own copy
+    # is a scrape a second (the server may make all 400 tokens between two of them).
+    async with asyncio.timeout(WAIT_S):
+        while (now := await _server_load(front)).running != 1:
+            assert now.generated_tokens - before < 400, "the server finished before the close"
+            await asyncio.sleep(0.02)
     await stream.close()
     await eventually(lambda: front.sidecar.hub.inflight == 0)
     await eventually(lambda: backend.load().running == 0)

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 
 import pytest
@@ -20,15 +19,10 @@ from engine_sidecar.server import Sidecar
 from tests.fake_engine_server import MODEL
 from tests.integration.poll import until_async
 from tests.integration.test_openai_backend_faults import FAST, health
+from tests.ports import free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _gone(pid: int) -> bool:
@@ -53,7 +47,7 @@ async def _health_is(port: int, want: int, what: str, timeout_s: float = 60.0) -
 
 async def test_a_dead_engine_server_is_restarted(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "engine_sidecar.engine_server")
-    port = _free_port()
+    port = free_port()
     config = OpenAIConfig(
         base_url=f"http://127.0.0.1:{port}",
         model=MODEL,

@@ -26,7 +26,7 @@ from gateway.config.schema import SidecarEndpoint
 from gateway.procs import child_env
 from tests.integration.cluster import Cluster
 from tests.integration.poll import until
-from tests.integration.test_up import free_port
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM: dict[str, Any] = {"backend": "sim", "sim": {"model": "sim-llama", "profile": "fast"}}

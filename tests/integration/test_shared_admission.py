@@ -20,7 +20,8 @@ from gateway.shared_limits.admission import SharedAdmission, SharedTicket
 from gateway.shared_limits.keys import tenant_keys
 from gateway.tasks import stop_all
 from tests.integration.poll import until_async
-from tests.redis_server import RedisServer, free_port
+from tests.ports import free_port
+from tests.redis_server import RedisServer
 
 _PREFIXES = itertools.count()
 Make = Callable[..., Awaitable[SharedAdmission]]

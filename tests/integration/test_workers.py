@@ -11,7 +11,8 @@ import urllib.request
 from pathlib import Path
 
 from tests.integration.poll import until
-from tests.integration.test_up import children_of, free_port, shardgate_up
+from tests.integration.test_up import children_of, shardgate_up
+from tests.ports import free_port
 from tests.unit.observability._scrape import Series, parse, value
 
 SIM = "{backend: sim, sim: {model: sim-llama, profile: fast}}"

@@ -21,8 +21,9 @@ from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 from gateway.streams.owner import RESPONSE, STREAM, owner_of
 from tests.integration.poll import until
 from tests.integration.test_stream_resume import read_events, text_of
-from tests.integration.test_up import free_port, shardgate_up
+from tests.integration.test_up import shardgate_up
 from tests.integration.test_workers import all_serving
+from tests.ports import free_port
 
 WORKER = "x-shardgate-worker"
 SIM = "{backend: sim, sim: {model: sim-llama, profile: paced-10ms, max_model_len: 8192}}"
