@@ -7,8 +7,12 @@ stays resident. The gateway's large blocks are tables rebuilt under churn: the p
 dict at its 100,000 hashes is ~10 MiB, rebuilt every ~250,000 new hashes, old and new alive at
 once. Once the threshold has risen, each rebuild's table lands on the heap beside the last, and
 the heap keeps both: a step of 10 MiB of RSS for good, ~920,000 W2 requests in
-(bench/RESULTS.md). With the threshold fixed, glibc no longer moves it, and such tables stay
+(bench/RESULTS.md). With the threshold fixed, glibc no longer moves it, and such tables are
 mappings that go back to the system when freed.
+
+The setting is the whole process's, and for good: glibc has no call that brings its moving
+threshold back, so a gateway started with `null` after one with a size, in one process, keeps
+the size.
 """
 
 from __future__ import annotations
@@ -33,4 +37,5 @@ def fix_mmap_threshold(size: int | None) -> bool:
     if libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(size)) != 1:
         log.warning("allocator: glibc refused an mmap threshold of %d bytes", size)
         return False
+    log.info("allocator: glibc's mmap threshold fixed at %d bytes", size)
     return True

@@ -51,8 +51,8 @@ def _start(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.P
 
 @asynccontextmanager
 async def vllm_serve(config: VllmConfig, log_path: Path, *flags: str) -> AsyncIterator[str]:
-    """Start the server (its flags from `config`, then `flags`), wait until /health answers;
-    yields its base URL (no /v1)."""
+    """Start the server (its flags from `config`, then `flags`), wait until /health answers and
+    it has served a first completion; yields its base URL (no /v1)."""
     port = free_port()
     argv = [sys.executable, "-m", "engine_sidecar.vllm_serve", *serve_argv(config, port, *flags)]
     env = {**os.environ, **config.env, "VLLM_TARGET_DEVICE": "cpu"}

@@ -158,7 +158,8 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     gc: CollectorSettings = CollectorSettings()
     # glibc's mmap threshold, fixed at start (gateway/allocator.py): blocks this large or larger
     # are mappings of their own, given back when freed, so that tables rebuilt under churn do
-    # not pile up on the heap. null: glibc's own moving threshold. Read at start only.
+    # not pile up on the heap. null: glibc's own moving threshold. Read at start only; it is the
+    # whole process's, and glibc cannot go back to its moving threshold once it is set.
     malloc_mmap_threshold_bytes: Annotated[int, msgspec.Meta(ge=4096, le=32 << 20)] | None = (
         128 << 10
     )

@@ -121,6 +121,15 @@ class Script:
         return out
 
 
+def _hand_back(on_abandoned: Callable[[asyncio.Task[T]], None], call: asyncio.Task[T]) -> None:
+    """`on_abandoned` for a call that ended as its caller was cancelled (the caller's
+    cancellation goes on whatever this raises)."""
+    try:
+        on_abandoned(call)
+    except Exception:
+        log.exception("redis: handing back what an abandoned call was given failed")
+
+
 class Store:
     """Runs calls on one client with one deadline each; owns the calls in flight."""
 
@@ -141,18 +150,24 @@ class Store:
         work: Coroutine[Any, Any, T],
         on_abandoned: Callable[[asyncio.Task[T]], None] | None = None,
     ) -> T:
-        """`await work` within the deadline; raises `StoreUnavailable` when it fails."""
+        """`await work` within the deadline; raises `StoreUnavailable` when it fails. A caller
+        cancelled first leaves the call to end on its own: `on_abandoned(call)` runs once it has
+        (at once if it just had), and until then the call counts as in flight (`idle`)."""
         task = asyncio.get_running_loop().create_task(self._timed(op, work))
         self._tasks.add(task)
-        task.add_done_callback(self._done)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            if on_abandoned is not None and not task.cancelled():
-                task.remove_done_callback(self._done)  # the call counts as in flight until
-                task.add_done_callback(on_abandoned)  # `on_abandoned` has run
+            if not task.done():
+                if on_abandoned is not None:
+                    task.add_done_callback(on_abandoned)
                 task.add_done_callback(self._done)
+            elif on_abandoned is not None and not task.cancelled():
+                _hand_back(on_abandoned, task)
             raise
+        finally:
+            if task.done():
+                self._done(task)
 
     async def _timed(self, op: str, work: Coroutine[Any, Any, T]) -> T:
         start = time.perf_counter()

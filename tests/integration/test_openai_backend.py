@@ -156,29 +156,30 @@ async def _server_load(front: Front) -> Any:
         return parse_metrics(await r.text())
 
 
+async def _server_running(front: Front, n: int, made_below: int | None = None) -> Any:
+    """The server's load once `n` requests run there, read from its /metrics each time (the
+    sidecar's own copy is a scrape a second); fails once it has made `made_below` tokens."""
+    async with asyncio.timeout(WAIT_S):
+        while (load := await _server_load(front)).running != n:
+            assert made_below is None or load.generated_tokens < made_below, "all were made"
+            await asyncio.sleep(0.02)
+    return load
+
+
 async def test_a_client_gone_aborts_the_request_on_the_server(
     front: Front, clients: tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]
 ) -> None:
     ours, _ = clients
-    backend = front.sidecar.backend  # its load is the server's own /metrics
-    await eventually(lambda: backend.load().running == 0)
-    before = (await _server_load(front)).generated_tokens
+    before = (await _server_running(front, 0)).generated_tokens
     stream = await ours.chat.completions.create(
         model=MODEL, messages=MESSAGES, stream=True, max_tokens=400, extra_body={"ignore_eos": True}
     )
     async for _ in stream:
         break
-    # Running on the server: read from its /metrics here and now, since the sidecar's own copy
-    # is a scrape a second (the server may make all 400 tokens between two of them).
-    async with asyncio.timeout(WAIT_S):
-        while (now := await _server_load(front)).running != 1:
-            assert now.generated_tokens - before < 400, "the server finished before the close"
-            await asyncio.sleep(0.02)
+    await _server_running(front, 1, made_below=before + 400)  # (the server may be quick)
     await stream.close()
     await eventually(lambda: front.sidecar.hub.inflight == 0)
-    await eventually(lambda: backend.load().running == 0)
-    after = await _server_load(front)
-    assert after.running == 0
+    after = await _server_running(front, 0)
     assert after.generated_tokens - before < 400  # the server stopped it: not all were made
 
 

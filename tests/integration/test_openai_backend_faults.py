@@ -200,7 +200,7 @@ class ColdServer(FakeEngineServer):
     """An engine whose completions take far longer than an RPC (a cold or busy engine)."""
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.0)  # (twice the RPC deadline below)
         return await super()._completions(request)
 
 
@@ -209,7 +209,7 @@ async def test_the_start_probes_wait_for_a_slow_engine_as_completions_do() -> No
     server = ColdServer()
     await server.start()
     try:
-        b = OpenAIBackend(config(server, rpc_timeout_s=0.1, first_chunk_timeout_s=30.0))
+        b = OpenAIBackend(config(server, rpc_timeout_s=0.5, first_chunk_timeout_s=30.0))
         await b.start(Collector().sink)
         try:
             assert b.info().extra["token_ids"] == "yes"

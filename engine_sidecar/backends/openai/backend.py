@@ -107,7 +107,7 @@ class OpenAIBackend:
             if not await monitor.wait_ready(c.startup_timeout_s):
                 raise RuntimeError(f"the engine server at {c.url} is not healthy")
             model = await served_model(client, c.model)
-            probe_s = c.first_chunk_timeout_s  # (a probe is a completion)
+            probe_s = max(c.first_chunk_timeout_s, c.rpc_timeout_s)  # (a probe is a completion)
             token_ids = await takes_token_ids(client, c.model, probe_s)
             tokenizer = await asyncio.to_thread(load_tokenizer, c, model.root)
             local = await asyncio.to_thread(make_local, c, tokenizer) if token_ids else None
