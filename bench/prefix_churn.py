@@ -56,7 +56,7 @@ def main() -> None:
         print(json.dumps(churn(a.hashes, a.every, a.capacity, size)))
         return
     print(f"RSS (MiB) every {a.every:,} new hashes, capacity {a.capacity:,}")
-    for label, threshold in (("glibc's own threshold", "glibc"), ("fixed at 128 KiB", "131072")):
+    for label, threshold in (("glibc's own threshold", "glibc"), ("fixed at 1 MiB", "1048576")):
         argv = [sys.executable, "-m", "bench.prefix_churn", "--threshold", threshold]
         argv += ["--hashes", str(a.hashes), "--every", str(a.every), "--capacity", str(a.capacity)]
         done = subprocess.run(argv, capture_output=True, text=True)

@@ -158,11 +158,11 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     gc: CollectorSettings = CollectorSettings()
     # glibc's mmap threshold, fixed at start (gateway/allocator.py): blocks this large or larger
     # are mappings of their own, given back when freed, so that tables rebuilt under churn do
-    # not pile up on the heap. null: glibc's own moving threshold. Read at start only; it is the
-    # whole process's, and glibc cannot go back to its moving threshold once it is set.
-    malloc_mmap_threshold_bytes: Annotated[int, msgspec.Meta(ge=4096, le=32 << 20)] | None = (
-        128 << 10
-    )
+    # not pile up on the heap; 1 MiB keeps the link's reads (up to 256,000 bytes) on the heap,
+    # where they are cheaper than a mapping each. null: glibc's own moving threshold. Read at
+    # start only; it is the whole process's, and glibc cannot go back to its moving threshold
+    # once it is set.
+    malloc_mmap_threshold_bytes: Annotated[int, msgspec.Meta(ge=4096, le=32 << 20)] | None = 1 << 20
     # The streaming routes (POST /v1/chat/completions, /v1/completions) served by a lean
     # HTTP/1.1 parser (llhttp) in front of aiohttp on the same port; every other request, and
     # any the lean path does not take whole, goes to aiohttp. Not with TLS on the edge.
