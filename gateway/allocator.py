@@ -9,8 +9,9 @@ once. Once the threshold has risen, each rebuild's table lands on the heap besid
 the heap keeps both: a step of 10 MiB of RSS for good, ~920,000 W2 requests in
 (bench/RESULTS.md). With the threshold fixed, glibc no longer moves it, and such tables are
 mappings that go back to the system when freed. The gateway's default, 1 MiB, is above the
-blocks it allocates per read (uvloop reads up to 256,000 bytes at a time): a mapping each for
-those costs ~8% of W2's CPU at 128 KiB, none measurable at 1 MiB.
+blocks of its hot path (uvloop hands over up to 256,000 bytes a read): at 128 KiB, W2 took ~8%
+more CPU than with glibc's own threshold (a mapping made and unmapped per such block); at 1 MiB,
+no more than with it (bench/RESULTS.md).
 
 The setting is the whole process's, and for good: glibc has no call that brings its moving
 threshold back, so a gateway started with `null` after one with a size, in one process, keeps

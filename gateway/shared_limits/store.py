@@ -160,14 +160,15 @@ class Store:
         except asyncio.CancelledError:
             if not task.done():
                 if on_abandoned is not None:
-                    task.add_done_callback(on_abandoned)
-                task.add_done_callback(self._done)
+                    task.add_done_callback(on_abandoned)  # (before `_done`, below)
             elif on_abandoned is not None and not task.cancelled():
                 _hand_back(on_abandoned, task)
             raise
         finally:
             if task.done():
                 self._done(task)
+            else:
+                task.add_done_callback(self._done)
 
     async def _timed(self, op: str, work: Coroutine[Any, Any, T]) -> T:
         start = time.perf_counter()
