@@ -13,20 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
 
+from bench.cpu import rss_kib
 from gateway.allocator import fix_mmap_threshold
 from gateway.policy.routing.prefix import PrefixIndex
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def churn(hashes: int, every: int, capacity: int, threshold: int | None) -> list[int]:
@@ -36,11 +30,12 @@ def churn(hashes: int, every: int, capacity: int, threshold: int | None) -> list
         raise SystemExit("this C library does not take an mmap threshold")
     index = PrefixIndex(capacity)
     rng = random.Random(0)
-    out = [_rss_kib()]
+    me = os.getpid()
+    out = [rss_kib(me)]
     for i in range(1, hashes + 1):
         index.record((rng.getrandbits(64),), "sim-a")
         if i % every == 0:
-            out.append(_rss_kib())
+            out.append(rss_kib(me))
     return out
 
 

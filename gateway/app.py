@@ -23,7 +23,7 @@ from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
 from gateway.api.lean.front import LeanFront
 from gateway.api.lean.routes import lean_front
 from gateway.config.discovery import DiscoverySettings
-from gateway.config.reload import Reloader
+from gateway.config.reload import Reloader, restart_only_change
 from gateway.config.schema import Config, EdgeTls, SidecarEndpoint
 from gateway.discovery.dns import DnsSource, Resolver, getaddrinfo
 from gateway.discovery.kubernetes import KubernetesSource
@@ -242,21 +242,9 @@ class Gateway:
         """What a running gateway cannot take without a restart, and what only building shows."""
         validate_static(new)
         check_link_tls(new)
-        old = self.config.gateway
-        restart_only = (
-            "http",
-            "grpc",
-            "max_body_bytes",
-            "streams",
-            "lean_http",
-            "malloc_mmap_threshold_bytes",
-        )
-        for name in (*restart_only, *RESTART_ONLY_HTTP):
-            if getattr(new.gateway, name) != getattr(old, name):
-                raise ValueError(f"gateway.{name} changes only with a restart")
-        for name in ("redis", "discovery"):
-            if getattr(new, name) != getattr(self.config, name):
-                raise ValueError(f"{name} changes only with a restart")
+        changed = restart_only_change(self.config, new, RESTART_ONLY_HTTP)
+        if changed is not None:
+            raise ValueError(f"{changed} changes only with a restart")
 
     def _sidecars(self, config: Config) -> list[SidecarEndpoint]:
         """The sidecar set: the config's, or the discovered one."""

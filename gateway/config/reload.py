@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,30 @@ class ReloadStatus:
     loaded_at: float  # unix time
     last_error: str | None = None
     last_error_at: float | None = None
+
+
+# What a running gateway reads at start only (besides its edge's, named by the caller).
+RESTART_ONLY_GATEWAY = (
+    "http",
+    "grpc",
+    "max_body_bytes",
+    "streams",
+    "lean_http",
+    "malloc_mmap_threshold_bytes",
+)
+RESTART_ONLY = ("redis", "discovery")
+
+
+def restart_only_change(old: Config, new: Config, edge: Sequence[str] = ()) -> str | None:
+    """The first setting `new` changes that only a restart can (None: none); `edge`: more
+    `gateway` fields the caller reads at start only."""
+    for name in (*RESTART_ONLY_GATEWAY, *edge):
+        if getattr(new.gateway, name) != getattr(old.gateway, name):
+            return f"gateway.{name}"
+    for name in RESTART_ONLY:
+        if getattr(new, name) != getattr(old, name):
+            return name
+    return None
 
 
 def text_hash(text: str) -> str:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.config.reload import ADMIN, Reloader
+import pytest
+
+from gateway.config.loader import parse
+from gateway.config.reload import ADMIN, Reloader, restart_only_change
 from gateway.config.schema import Config
 
 BASE = "gateway: {default_max_tokens: 16}\n"
@@ -50,3 +53,18 @@ def test_only_an_admin_reload_fans_out(tmp_path: Path) -> None:
     path.write_text("gateway: {default_max_tokens: -1}\n")  # refused here: the others try too
     assert not reloader.reload(ADMIN)
     assert (versions, fanned) == ([2, 3], [3, 3])
+
+
+@pytest.mark.parametrize(
+    ("edit", "changed"),
+    [
+        ("gateway: {default_max_tokens: 8}", None),  # a reload takes it
+        ("gateway: {lean_http: false}", "gateway.lean_http"),
+        ("gateway: {malloc_mmap_threshold_bytes: null}", "gateway.malloc_mmap_threshold_bytes"),
+        ("gateway: {keepalive_timeout_s: 9}", "gateway.keepalive_timeout_s"),  # the edge's
+        ("redis: {}", "redis"),
+    ],
+)
+def test_what_only_a_restart_changes(edit: str, changed: str | None) -> None:
+    edge = ("keepalive_timeout_s",)
+    assert restart_only_change(parse(BASE), parse(edit), edge) == changed
