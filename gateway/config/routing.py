@@ -1,7 +1,7 @@
 """Config for routing, sidecar health and retries (the top-level `routing:`, `health:` and
 `retry:` sections).
 
-An empty config gives: the default routing profile (serves the model, healthy, not ejected, a
+An empty config gives: the default routing profile (serves the model, not ejected, healthy, a
 free slot; least loaded plus prefix affinity with a load bound; max score), heartbeats judged by
 the interval each sidecar announces, Envoy-style outlier ejection, and a Finagle-style retry
 budget. Plugin type names and their params are checked when the profile is built
@@ -40,10 +40,12 @@ class ScorerSpec(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     params: dict[str, Any] = {}
 
 
+# `not_ejected` before `healthy`: its panic threshold counts the SUSPECT replicas that
+# `healthy` sets aside while UP ones are left.
 DEFAULT_FILTERS = (
     PluginSpec(type="serves"),
-    PluginSpec(type="healthy"),
     PluginSpec(type="not_ejected"),
+    PluginSpec(type="healthy"),
     PluginSpec(type="free_slot"),
 )
 DEFAULT_SCORERS = (ScorerSpec(type="load", weight=1.0), ScorerSpec(type="prefix", weight=1.0))
@@ -82,11 +84,15 @@ class EjectionSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=T
     consecutive_failures: Annotated[int, msgspec.Meta(ge=1)] = 5
     base_ejection_time_s: Seconds = 30.0
     max_ejection_time_s: Seconds = 300.0
-    # At most this share of a model pool ejected at once ...
+    # At most this share of a model pool's live replicas (those not DOWN) ejected at once, for
+    # failures or stalls alike, and never the last live one: ejection never empties a pool ...
     max_ejection_percent: Percent = 50.0
     # ... except that one replica may always be ejected when none is (Envoy's
-    # `always_eject_one_host`), so that small pools are protected too.
+    # `always_eject_one_host`), so that small pools are protected too (still never the last).
     always_eject_one: bool = True
+    # When fewer than this share of the replicas routing may use is left un-ejected, routing
+    # ignores ejection and uses them all (Envoy's `healthy_panic_threshold`; 0: never).
+    healthy_panic_threshold: Percent = 50.0
     # Each interval a replica spends un-ejected takes one step off its ejection-time multiplier.
     decay_interval_s: Seconds = 10.0
 
@@ -107,6 +113,13 @@ class HealthSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # a long prompt's steps), and progress is read from heartbeats (0.5 s apart by default):
     # 10 s is far above both, and a small part of a long generation's deadline.
     stall_timeout_s: Seconds | None = 10.0
+    # An engine's first step is never judged (a cold engine compiles and warms up in it), and
+    # for this long after it the stall timeout is at least this (0: no grace beyond the first
+    # step).
+    stall_startup_grace_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 30.0
+    # The stall timeout is at least this many times the longest wait between two progress
+    # reports seen over the engine's recent steps: a slow engine is not a stalled one (0: off).
+    stall_step_multiplier: Annotated[float, msgspec.Meta(ge=0, le=1000)] = 4.0
     ejection: EjectionSettings = EjectionSettings()
 
     def __post_init__(self) -> None:

@@ -11,10 +11,14 @@ detection refused by the cap needs a fresh run of failures). Outcomes reported w
 Another detector may eject a replica at once (`eject`: its engine stalled), with the same
 multiplier and cap, as if its run of failures had just completed.
 
-The cap (Envoy >= 1.31): a replica is ejected only if, with it, at most `max_ejection_percent`
-of its pool is ejected: 100 x (ejected + 1) / pool size <= max_ejection_percent; with
-`always_eject_one`, one replica may be ejected when none of the pool is (Envoy's
-`always_eject_one_host`). The pool is the request's model pool, passed by the runtime.
+The cap (Envoy >= 1.31, with a floor): a replica is ejected only while fewer than
+`ejectable(size)` of its pool of `size` live replicas are: floor(size x max_ejection_percent /
+100), at least one with `always_eject_one` (Envoy's `always_eject_one_host`), and never the last
+one (at most size - 1). Live means not DOWN: a lost link is not an ejection, so it is neither
+counted nor counted against. The runtime passes the pool (the live replicas of the model's pool);
+a replica serving several models is ejected only if every pool's cap allows it. `panic` is the
+other half of the floor (Envoy's healthy panic threshold): when too few of the replicas routing
+may use are un-ejected, routing uses them all.
 """
 
 from __future__ import annotations
@@ -32,6 +36,21 @@ class _Replica:
     until: float = 0.0  # ejected until then (0: not ejected)
     multiplier: int = 0  # Envoy's ejectTimeBackoff
     released_at: float | None = None  # when the last ejection ended
+
+
+def ejectable(size: int, max_percent: float, always_one: bool) -> int:
+    """How many of a pool of `size` live replicas may be ejected at once."""
+    if size <= 1:
+        return 0
+    allowed = math.floor(size * max_percent / 100.0 + 1e-9)
+    if always_one:
+        allowed = max(allowed, 1)
+    return min(allowed, size - 1)
+
+
+def panic(healthy: int, total: int, threshold_percent: float) -> bool:
+    """Whether `healthy` un-ejected replicas of `total` are below the panic threshold."""
+    return total > 0 and 100.0 * healthy < threshold_percent * total
 
 
 class OutlierDetector:
@@ -79,19 +98,21 @@ class OutlierDetector:
         r.consecutive += 1
         if r.consecutive < s.consecutive_failures:
             return None
-        return self._detected(name, r, now, pool)
+        return self._detected(name, r, now, (pool,))
 
-    def eject(self, name: str, now: float, pool: Collection[str]) -> float | None:
+    def eject(
+        self, name: str, now: float, pool: Collection[str], *pools: Collection[str]
+    ) -> float | None:
         """A detection from elsewhere (the replica's engine stalled): eject it now, as a
-        completed run of failures would. Returns the ejection's end, or None (already ejected,
-        ejection off, or refused by the cap)."""
+        completed run of failures would, if the cap of each pool it serves allows it. Returns
+        the ejection's end, or None (already ejected, ejection off, or refused by the cap)."""
         r = self._replicas.get(name)
         if r is None:
             r = self._replicas[name] = _Replica()
         self._release_if_due(name, r, now)
         if r.until > now or not self.settings.enabled:
             return None
-        return self._detected(name, r, now, pool)
+        return self._detected(name, r, now, (pool, *pools))
 
     def forget(self, name: str) -> None:
         """The replica left the fleet."""
@@ -99,10 +120,14 @@ class OutlierDetector:
         self._active.pop(name, None)
 
     # -- internals --------------------------------------------------------------------------
-    def _detected(self, name: str, r: _Replica, now: float, pool: Collection[str]) -> float | None:
+    def _detected(
+        self, name: str, r: _Replica, now: float, pools: tuple[Collection[str], ...]
+    ) -> float | None:
         s = self.settings
         r.consecutive = 0
-        if not self._cap_allows(name, now, pool):
+        if now >= self._soonest:
+            self._release_all_due(now)
+        if not all(self._cap_allows(name, pool) for pool in pools):
             return None
         if r.released_at is not None:
             r.multiplier = max(0, r.multiplier - int((now - r.released_at) // s.decay_interval_s))
@@ -128,12 +153,8 @@ class OutlierDetector:
                 self._release_if_due(name, self._replicas[name], now)
         self._soonest = min(self._active.values(), default=math.inf)
 
-    def _cap_allows(self, name: str, now: float, pool: Collection[str]) -> bool:
+    def _cap_allows(self, name: str, pool: Collection[str]) -> bool:
         s = self.settings
-        if now >= self._soonest:
-            self._release_all_due(now)
+        size = len(pool) if name in pool else len(pool) + 1  # it is live, or about to be
         ejected = sum(1 for other in self._active if other != name and other in pool)
-        size = max(len(pool), 1)
-        if 100.0 * (ejected + 1) <= s.max_ejection_percent * size:
-            return True
-        return s.always_eject_one and ejected == 0
+        return ejected < ejectable(size, s.max_ejection_percent, s.always_eject_one)

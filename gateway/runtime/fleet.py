@@ -5,7 +5,9 @@ sidecar (UP, SUSPECT after missed intervals, DOWN); on any change of who is up, 
 assembled again from the announcements (a shard group is one replica, routable only while every
 rank is alive), and a replica that broke has its in-flight requests evacuated: they migrate.
 A live sidecar whose engine holds work and makes no progress (policy/progress.py) counts as a
-DOWN rank while it lasts, and is reported to `on_stalled` (the supervisor ejects it).
+SUSPECT rank while it lasts, and its replica is offered to `on_stalled` on each round: the
+supervisor ejects it if the pool's ejection cap allows, and then its requests migrate. One the
+cap keeps stays routable, and its requests wait for it.
 """
 
 from __future__ import annotations
@@ -59,9 +61,13 @@ class Fleet:
         # model it adapts (its `parent`); an adapter unloaded everywhere is gone from it.
         self.adapters: dict[str, str] = {}
         self.on_change: Callable[[], None] | None = None  # capacity may have changed
-        self.stalls = StallDetector(self.health.stall_timeout_s)
+        h = self.health
+        self.stalls = StallDetector(
+            h.stall_timeout_s, h.stall_startup_grace_s, h.stall_step_multiplier
+        )
         self.stalled: frozenset[str] = frozenset()  # sidecars whose engine stalled
-        self.on_stalled: Callable[[str], None] | None = None  # a replica's engine stalled
+        # A replica's engine stalled: True when that ejected it now (its requests then migrate).
+        self.on_stalled: Callable[[str], bool] | None = None
         self._states: dict[str, Health] = {}
         self._ready: dict[str, bool] = {}  # each link's `load.ready` as last assembled
         self._task: asyncio.Task[None] | None = None
@@ -99,7 +105,9 @@ class Fleet:
         """A config reload: connect new sidecars; drain removed ones (no new requests; in-flight
         ones finish, or migrate once `drain_timeout_s` has passed)."""
         self.health = health
-        self.stalls.timeout_s = health.stall_timeout_s
+        self.stalls.configure(
+            health.stall_timeout_s, health.stall_startup_grace_s, health.stall_step_multiplier
+        )
         wanted = {e.name: e for e in endpoints}
         for link in list(self.links):
             e = wanted.get(link.name)
@@ -242,8 +250,7 @@ class Fleet:
             head = self.by_name.get(replica.head)
             if head is not None and head.streams:
                 log.warning("replica %s broke: moving %d requests", replica.name, head.inflight)
-                why = "stalled" if head.name in self.stalled else "lost a rank or its heartbeat"
-                self.evacuate(head, f"replica {replica.name} {why}")
+                self.evacuate(head, f"replica {replica.name} lost a rank or its heartbeat")
         if self.on_change is not None:
             self.on_change()
 
@@ -288,37 +295,40 @@ class Fleet:
                 break
 
     def _judge_progress(self, now: float) -> bool:
-        """Which sidecars' engines hold work and make no progress; when that changed, assemble
-        again (a stalled replica breaks: its requests migrate) and report the newly stalled
-        replicas. True when it changed. Only sidecars whose heartbeats are current (UP) are
-        judged: a stale report's work held says nothing, and the heartbeat monitor has the others.
-        """
+        """Which sidecars' engines hold work and make no progress (True when that changed: a
+        stalled rank is SUSPECT); each stalled replica is offered to `on_stalled`, and one it
+        ejects has its requests migrate. Only sidecars with current heartbeats (UP) are judged:
+        a stale report's work held says nothing, and the heartbeat monitor has the others."""
         stalled = set()
         for link in self.links:
             load = link.load
-            if not link.connected or load is None or self._states.get(link.name) is not Health.UP:
+            if not link.connected or load is None:
                 self.stalls.forget(link.name)
+                continue
+            if self._states.get(link.name) is not Health.UP:
+                self.stalls.pause(link.name)
                 continue
             work = max(load.held, link.inflight)
             if self.stalls.observe(link.name, now, load.steps, work, link.last_activity):
                 stalled.add(link.name)
-        if stalled == self.stalled:
-            return False
-        new = stalled - self.stalled
-        for name in new:
-            log.warning(
-                "sidecar %s: its engine holds work and made no progress for %g s",
-                name,
-                self.stalls.timeout_s,
-            )
-        self.stalled = frozenset(stalled)
-        self.refresh()
-        names = {r.head: r.name for r in self.assembly.replicas}
-        for name in new:
-            replica = names.get(name)
-            if replica is not None and self.on_stalled is not None:
-                self.on_stalled(replica)
-        return True
+        changed = stalled != self.stalled
+        if changed:
+            for name in stalled - self.stalled:
+                log.warning(
+                    "sidecar %s: its engine holds work and made no progress for %g s",
+                    name,
+                    self.stalls.timeout_for(name, now),
+                )
+            self.stalled = frozenset(stalled)
+            self.refresh()
+        if stalled and self.on_stalled is not None:
+            for replica in self.assembly.replicas:
+                if stalled.isdisjoint(replica.members) or not self.on_stalled(replica.name):
+                    continue
+                head = self.by_name.get(replica.head)  # ejected (the supervisor logs it)
+                if head is not None and head.streams:
+                    self.evacuate(head, f"replica {replica.name} stalled")
+        return changed
 
     # -- what routing and the scheduler read ---------------------------------------------------
     def pool(self, model: str) -> tuple[Replica, ...]:
@@ -333,6 +343,11 @@ class Fleet:
             if load is not None:
                 r.running, r.waiting, r.kv_usage = load.running, load.waiting, load.kv_usage
         return replicas
+
+    def live(self, model: str) -> frozenset[str]:
+        """The names of the routable replicas serving `model`, ejected or not: the pool the
+        ejection cap counts (a DOWN replica is out already, and no ejection)."""
+        return frozenset(r.name for r in self.assembly.pool(model) if r.routable)
 
     def capacity(self, model: str) -> int:
         """Slots of the routable replicas serving `model`."""

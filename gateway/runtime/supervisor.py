@@ -83,15 +83,22 @@ class Supervisor:
         if job.replica:
             self.outliers.success(job.replica, self._clock())
 
-    def stalled(self, replica: str) -> None:
+    def stalled(self, replica: str) -> bool:
         """The replica's engine holds work and makes no progress (the fleet saw it): eject it
-        now; its requests are already migrating."""
-        pools = self._fleet.assembly.pool_names.values()
-        pool = frozenset().union(*(names for names in pools if replica in names))
-        if self.outliers.eject(replica, self._clock(), pool) is not None:
-            log.warning("replica %s ejected: its engine stalled", replica)
-            if self.on_ejected is not None:
-                self.on_ejected(replica)
+        now if the cap of every pool it serves allows (True: ejected now, its requests are to
+        migrate). One the cap keeps stays routable; the fleet offers it again while it stalls."""
+        now = self._clock()
+        if self.outliers.is_ejected(replica, now):
+            return False
+        r = self._fleet.assembly.by_name.get(replica)
+        pools = [self._fleet.live(model) for model in (r.models if r is not None else ())]
+        pool, *more = pools or [frozenset({replica})]  # (in no pool: alone, never ejected)
+        if self.outliers.eject(replica, now, pool, *more) is None:
+            return False
+        log.warning("replica %s ejected: its engine stalled", replica)
+        if self.on_ejected is not None:
+            self.on_ejected(replica)
+        return True
 
     def recover(self, job: Job, error: GatewayError) -> Recovery:
         """What to do with a job whose attempt failed: move it (a retry before its first
@@ -100,7 +107,7 @@ class Supervisor:
             return Recovery.END
         now = self._clock()
         if job.replica:
-            pool = self._fleet.assembly.pool_names.get(job.request.model, frozenset())
+            pool = self._fleet.live(job.request.model)
             if self.outliers.failure(job.replica, now, pool) is not None:
                 log.warning("replica %s ejected after consecutive failures", job.replica)
                 if self.on_ejected is not None:

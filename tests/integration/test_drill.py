@@ -36,6 +36,7 @@ def write_config(path: Path) -> None:
         "  suspect_after_intervals: 3\n"
         "  down_after_intervals: 6\n"
         "  stall_timeout_s: 0.6\n"
+        "  stall_startup_grace_s: 0\n"
         "  ejection: {base_ejection_time_s: 1, max_ejection_time_s: 5}\n"
         "sidecars:\n"
         f"  - name: sim-a\n    address: 127.0.0.1:{free_port()}\n{sidecar}"

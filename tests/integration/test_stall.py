@@ -19,10 +19,11 @@ STREAMS = 24
 TOKENS = 120
 # The deadlines are far above the stall timeout: a stream left on the wedged engine would end
 # with a timeout error, not with its text. Failures alone never eject here: an ejection is the
-# stall's.
+# stall's. The engines are fresh: no start-up grace past their first step.
 GATEWAY = (
     "gateway: {default_max_tokens: 64, request_timeout_s: 90, first_token_timeout_s: 90}\n"
-    "health: {stall_timeout_s: 1.0, ejection: {consecutive_failures: 1000}}"
+    "health: {stall_timeout_s: 1.0, stall_startup_grace_s: 0,\n"
+    "  ejection: {consecutive_failures: 1000}}"
 )
 
 

@@ -58,6 +58,9 @@ class SimConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     # as two tokens that split its bytes (its text comes with the second); 0: never.
     multibyte_every: NonNegativeInt = 0
     seed: int = 0
+    # The engine's first step takes this much longer, as a cold engine's does (vLLM compiles
+    # and warms up in its first step): its load reports show work held and no progress meanwhile.
+    first_step_delay_s: NonNegativeFloat = 0.0
     faults: SimFaults = SimFaults()
 
     def __post_init__(self) -> None:
@@ -77,6 +80,8 @@ class SimConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
             raise ValueError("eos_every must be >= 0")
         if self.multibyte_every < 0:
             raise ValueError("multibyte_every must be >= 0")
+        if self.first_step_delay_s < 0:
+            raise ValueError("first_step_delay_s must be >= 0")
         # Like vLLM at start-up: one sequence of max_model_len tokens must fit in the KV cache,
         # otherwise a long request could never be scheduled.
         blocks_per_seq = -(-self.max_model_len // self.block_size)

@@ -61,6 +61,7 @@ class SimBackend:
         self._died = False  # the loop ended with an exception (kept after stop())
         self.hung = False
         self._unhang = asyncio.Event()
+        self._cold = config.first_step_delay_s > 0  # its first step is still to be delayed
 
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
@@ -181,6 +182,11 @@ class SimBackend:
                 await self._wake.wait()
                 deadline = clock()
                 continue
+            if self._cold:
+                self._cold = False
+                await asyncio.sleep(self.config.first_step_delay_s)
+                deadline = clock()
+                continue  # (the work may have gone meanwhile)
             result = core.step()
             if result.deltas:
                 sink(result.deltas)

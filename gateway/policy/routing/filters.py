@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.policy.ejection import OutlierDetector
+from gateway.policy.ejection import OutlierDetector, panic
 from gateway.policy.health import Health
 from gateway.policy.routing.plugin import Params
 from gateway.policy.routing.snapshot import Replica, RequestFeatures
@@ -58,7 +58,11 @@ class NotEjectedParams(Params, frozen=True, forbid_unknown_fields=True, kw_only=
 
 
 class NotEjected:
-    """Not ejected by outlier detection (`ejection.OutlierDetector`) at `now`."""
+    """Not ejected by outlier detection (`ejection.OutlierDetector`) at `now`. Ejection never
+    empties a pool: when the un-ejected share of the routable replicas it is given falls below
+    the detector's `healthy_panic_threshold` (Envoy's panic routing), or none is left, it keeps
+    them all. DOWN ones are no ejection and do not count; SUSPECT ones do, so it runs before
+    `healthy` (as in the default profile), whose preference for UP replicas would hide them."""
 
     __slots__ = ("keep_all_if_none", "outliers")
 
@@ -73,9 +77,15 @@ class NotEjected:
         if o is None or not o.any_ejected(now):
             return replicas
         keep = [r for r in replicas if not o.is_ejected(r.name, now)]
-        if not keep and self.keep_all_if_none:
+        if len(keep) == len(replicas):
             return replicas
-        return replicas if len(keep) == len(replicas) else keep
+        live = sum(1 for r in replicas if r.routable)
+        healthy = sum(1 for r in keep if r.routable)
+        if not healthy and self.keep_all_if_none:
+            return replicas
+        if panic(healthy, live, o.settings.healthy_panic_threshold):
+            return replicas
+        return keep
 
 
 class FreeSlot:

@@ -3,9 +3,11 @@
 Sidecars announcing the same non-empty `group` form one replica (tensor/pipeline parallel across
 nodes); an empty group makes a one-sidecar replica (its rank and world size are not looked at).
 Only rank 0 takes requests: the replica's address is rank 0's. A group is whole while every rank
-0..world_size-1 is present, not DOWN and not stalled (its engine holds work and makes no
-progress); only a whole, ready replica is routable. A group whose
-rank 0 is unknown is no replica at all (nothing can be sent to it); its sidecars are `stray`.
+0..world_size-1 is present and not DOWN; only a whole, ready replica is routable. A stalled rank
+(its engine holds work and makes no progress) counts as SUSPECT, not DOWN: the replica is
+avoided while a better one is left, and taken out only by ejection, which the pool's cap bounds
+(policy/ejection.py). A group whose rank 0 is unknown is no replica at all (nothing can be sent
+to it); its sidecars are `stray`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ class Assembly:
     replicas: tuple[Replica, ...]  # in the order their rank-0 sidecars came
     by_name: Mapping[str, Replica]
     pools: Mapping[str, tuple[Replica, ...]]  # model -> replicas serving it (routable or not)
-    pool_names: Mapping[str, frozenset[str]]  # model -> their names (for the ejection cap)
     # Sidecars in no replica: never announced, group without rank 0, rank outside the group's
     # world size, world size disagreeing with rank 0's, a second sidecar for a rank, or a
     # replica name already taken.
@@ -62,7 +63,6 @@ def assemble(endpoints: Iterable[EndpointSnapshot]) -> Assembly:
         replicas=tuple(replicas),
         by_name=by_name,
         pools={m: tuple(rs) for m, rs in pools.items()},
-        pool_names={m: frozenset(r.name for r in rs) for m, rs in pools.items()},
         stray=tuple(stray),
     )
 
@@ -80,10 +80,15 @@ def broken_since(previous: Assembly, current: Assembly) -> list[Replica]:
     return out
 
 
+def _health(e: EndpointSnapshot) -> Health:
+    """A stalled engine's live sidecar is SUSPECT at best."""
+    return max(e.health, Health.SUSPECT) if e.stalled else e.health
+
+
 def _standalone(e: EndpointSnapshot) -> Replica:
     info = _info(e)
-    alive = e.health is not Health.DOWN and not e.stalled
-    return _replica(e.name, e, info, (e,), 1, () if alive else (0,), e.health)
+    alive = e.health is not Health.DOWN
+    return _replica(e.name, e, info, (e,), 1, () if alive else (0,), _health(e))
 
 
 def _group(name: str, members: list[EndpointSnapshot], stray: list[str]) -> Replica | None:
@@ -111,12 +116,8 @@ def _group(name: str, members: list[EndpointSnapshot], stray: list[str]) -> Repl
         else:
             stray.append(e.name)
     present = tuple(ranks[r] for r in sorted(ranks))
-    missing = tuple(
-        r
-        for r in range(world)
-        if r not in ranks or ranks[r].health is Health.DOWN or ranks[r].stalled
-    )
-    worst = max(e.health for e in present)
+    missing = tuple(r for r in range(world) if r not in ranks or ranks[r].health is Health.DOWN)
+    worst = max(_health(e) for e in present)
     return _replica(name, head, _info(head), present, world, missing, worst)
 
 

@@ -54,7 +54,8 @@ class EndpointSnapshot:
     health: Health
     inflight: int = 0  # this gateway's requests on this sidecar now
     # Its engine holds work and advanced none of it for a while (`progress.StallDetector`):
-    # counted as a DOWN rank, live as it is.
+    # counted as a SUSPECT rank (avoided while a better replica is left; ejection, capped per
+    # pool, is what takes it out).
     stalled: bool = False
 
 

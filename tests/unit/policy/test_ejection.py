@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config.routing import EjectionSettings
-from gateway.policy.ejection import OutlierDetector
+from gateway.policy.ejection import OutlierDetector, ejectable, panic
 
 POOL = frozenset({"a", "b", "c", "d"})
 
@@ -114,10 +114,13 @@ def test_multiplier_is_bounded_like_envoys() -> None:
         (10.0, False, 4, 0),  # Envoy >= 1.31 without always_eject_one_host
         (10.0, False, 10, 1),
         (25.0, False, 10, 2),
-        (100.0, False, 3, 3),
+        (100.0, False, 3, 2),  # never the last one
         (0.0, True, 4, 1),
         (0.0, False, 4, 0),
-        (50.0, True, 1, 1),
+        (50.0, True, 1, 0),  # the only replica: never
+        (50.0, True, 2, 1),
+        (50.0, True, 3, 1),
+        (50.0, True, 4, 2),
     ],
 )
 def test_percent_cap(percent: float, always_one: bool, pool_size: int, allowed: int) -> None:
@@ -127,6 +130,78 @@ def test_percent_cap(percent: float, always_one: bool, pool_size: int, allowed: 
         for _ in range(3):
             d.failure(name, 1.0, pool)
     assert sum(d.is_ejected(n, 1.0) for n in pool) == allowed
+
+
+@pytest.mark.parametrize(
+    ("size", "percent", "always_one", "allowed"),
+    [
+        (0, 50.0, True, 0),
+        (1, 50.0, True, 0),  # the only replica: never
+        (1, 100.0, True, 0),
+        (2, 50.0, True, 1),
+        (2, 50.0, False, 1),
+        (3, 50.0, True, 1),
+        (3, 50.0, False, 1),
+        (4, 50.0, False, 2),
+        (5, 50.0, False, 2),
+        (4, 100.0, False, 3),  # never the last one
+        (3, 10.0, True, 1),  # always one ...
+        (3, 10.0, False, 0),
+        (2, 0.0, True, 1),  # ... when none is, and not the last
+        (10, 33.0, False, 3),
+        (3, 100.0 / 3, False, 1),  # 33.33...% of 3 is one
+    ],
+)
+def test_ejectable(size: int, percent: float, always_one: bool, allowed: int) -> None:
+    assert ejectable(size, percent, always_one) == allowed
+
+
+@pytest.mark.parametrize(
+    ("healthy", "total", "threshold", "panics"),
+    [
+        (4, 4, 50.0, False),
+        (2, 4, 50.0, False),  # 50% is not below 50%
+        (1, 4, 50.0, True),
+        (0, 1, 50.0, True),
+        (0, 4, 0.0, False),  # 0: never
+        (3, 4, 80.0, True),
+        (4, 4, 100.0, False),
+        (0, 0, 50.0, False),  # nothing to route to: nothing to panic about
+    ],
+)
+def test_panic(healthy: int, total: int, threshold: float, panics: bool) -> None:
+    assert panic(healthy, total, threshold) is panics
+
+
+def test_a_down_replica_is_no_ejection() -> None:
+    """The pool is the live replicas: one that went DOWN since it was ejected neither counts
+    toward the cap nor is counted against the others."""
+    d = _detector()
+    assert d.eject("a", 0.0, POOL) is not None
+    assert d.eject("b", 0.0, POOL) is not None
+    assert d.eject("c", 0.0, POOL) is None  # 2 of 4
+    live = POOL - {"a"}  # a went DOWN
+    assert d.eject("c", 0.0, live) is None  # 1 ejected of 3 live: b is the one allowed
+    live = POOL - {"a", "b"}
+    assert d.eject("c", 0.0, live) is not None  # 0 of 2 live ejected: one may go
+    assert d.eject("d", 0.0, live) is None  # the last live one: never
+
+
+def test_the_only_live_replica_is_never_ejected() -> None:
+    d = _detector()
+    alone = frozenset({"a"})
+    assert all(d.failure("a", 0.0, alone) is None for _ in range(50))  # every run refused
+    assert d.eject("a", 0.0, alone) is None
+    assert d.eject("a", 0.0, frozenset()) is None  # in no live pool: alone
+    assert not d.any_ejected(0.0)
+
+
+def test_eject_needs_every_pool_of_the_replica() -> None:
+    d = _detector()
+    big, small = frozenset({"a", "b", "c", "d"}), frozenset({"a", "x"})
+    assert d.eject("x", 0.0, small) is not None
+    assert d.eject("a", 0.0, big, small) is None  # x already out of small
+    assert d.eject("a", 0.0, big) is not None  # (as one model's replica alone it may go)
 
 
 def test_cap_refusal_needs_a_fresh_run_and_frees_up() -> None:

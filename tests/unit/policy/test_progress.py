@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from gateway.policy.progress import StallDetector
+from gateway.policy.progress import STEPS_SEEN, StallDetector
 
 TIMEOUT_S = 10.0
 
@@ -10,11 +12,17 @@ TIMEOUT_S = 10.0
 #   ("obs", now, steps, work, output_at, stalled)  observe; `stalled` is the expected answer
 #   ("forgive", seconds)                            the gateway itself was stalled that long
 #   ("forget",)                                     the link closed
+#   ("pause",)                                      its heartbeats are late (not UP)
 Step = tuple[object, ...]
 
 
-def run(steps: list[Step], timeout_s: float | None = TIMEOUT_S) -> None:
-    d = StallDetector(timeout_s)
+def run(
+    steps: list[Step],
+    timeout_s: float | None = TIMEOUT_S,
+    grace_s: float = 0.0,
+    multiplier: float = 0.0,
+) -> None:
+    d = StallDetector(timeout_s, grace_s, multiplier)
     for i, step in enumerate(steps):
         match step:
             case ("obs", now, counter, work, output_at, expected):
@@ -24,6 +32,8 @@ def run(steps: list[Step], timeout_s: float | None = TIMEOUT_S) -> None:
                 d.forgive(seconds)  # type: ignore[arg-type]
             case ("forget",):
                 d.forget("a")
+            case ("pause",):
+                d.pause("a")
             case _:
                 raise AssertionError(step)
 
@@ -133,6 +143,126 @@ def run(steps: list[Step], timeout_s: float | None = TIMEOUT_S) -> None:
 )
 def test_stall(steps: list[Step]) -> None:
     run(steps)
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param(
+            [
+                ("obs", 0.0, 0, 0, 0.0, False),
+                ("obs", 1.0, 0, 1, 0.0, False),
+                ("obs", 20.0, 0, 1, 0.0, False),
+                ("obs", 1000.0, 0, 1, 0.0, False),
+            ],
+            id="a fresh engine's first step is never judged, however long",
+        ),
+        pytest.param(
+            [
+                ("obs", 0.0, 0, 1, 0.0, False),
+                ("obs", 15.0, 1, 1, 0.0, False),  # the first step took 15 s
+                ("obs", 44.9, 1, 1, 0.0, False),  # within the grace: timed by it (30 s)
+                ("obs", 45.0, 1, 1, 0.0, True),
+            ],
+            id="after its first step, the start-up grace",
+        ),
+        pytest.param(
+            [
+                ("obs", 0.0, 0, 1, 0.0, False),
+                ("obs", 15.0, 1, 1, 0.0, False),
+                ("obs", 44.0, 2, 1, 0.0, False),  # a slow second step (29 s)
+                ("obs", 50.0, 3, 1, 0.0, False),  # grace over: timed by its own steps now
+                ("obs", 78.9, 3, 1, 0.0, False),  # x1 the longest step (29 s) seen lately
+                ("obs", 79.0, 3, 1, 0.0, True),
+            ],
+            id="the grace ends; the timeout scales with its steps",
+        ),
+        pytest.param(
+            [
+                ("obs", 0.0, 0, 1, 0.0, False),
+                ("obs", 15.0, 0, 1, 9.0, False),  # deltas before the counter: its first step
+                ("obs", 44.9, 0, 1, 9.0, False),
+                ("obs", 45.0, 0, 1, 9.0, True),
+            ],
+            id="output is a first step too",
+        ),
+        pytest.param(
+            [
+                ("obs", 0.0, 7, 1, 0.0, False),
+                ("obs", 9.9, 7, 1, 0.0, False),
+                ("obs", 10.0, 7, 1, 0.0, True),
+            ],
+            id="first seen past its first step: no grace",
+        ),
+        pytest.param(
+            [
+                ("obs", 0.0, 0, 1, 0.0, False),
+                ("forgive", 5.0),
+                ("obs", 15.0, 1, 1, 0.0, False),
+                ("forgive", 5.0),
+                ("obs", 49.9, 1, 1, 0.0, False),  # the grace moved with the forgiven time
+                ("obs", 50.0, 1, 1, 0.0, True),
+            ],
+            id="forgiven time extends the grace",
+        ),
+        pytest.param(
+            [
+                ("obs", 0.0, 0, 1, 0.0, False),
+                ("obs", 15.0, 1, 1, 0.0, False),
+                ("pause",),  # heartbeats late: not timed, what was seen is kept
+                ("obs", 40.0, 1, 1, 0.0, False),  # timed afresh from here, grace still on
+                ("obs", 44.9, 1, 1, 0.0, False),
+                ("obs", 70.0, 1, 1, 0.0, True),  # grace over, 30 s without progress
+            ],
+            id="paused: timed afresh, the engine remembered",
+        ),
+        pytest.param(
+            [
+                ("obs", 0.0, 50, 1, 0.0, False),
+                ("obs", 5.0, 0, 1, 0.0, False),  # the counter went back: a new engine
+                ("obs", 500.0, 0, 1, 0.0, False),  # ... in its first step
+            ],
+            id="a restarted engine is fresh again",
+        ),
+    ],
+)
+def test_start_up(steps: list[Step]) -> None:
+    run(steps, grace_s=30.0, multiplier=1.0)
+
+
+@pytest.mark.parametrize(
+    ("waits", "multiplier", "timeout"),
+    [
+        ([], 4.0, 10.0),  # no step seen yet: the configured timeout
+        ([0.5, 0.5, 0.5], 4.0, 10.0),  # fast steps: the configured timeout is the floor
+        ([0.5, 3.0, 0.5], 4.0, 12.0),  # the longest recent step, times the multiplier
+        ([3.0] + [0.5] * STEPS_SEEN, 4.0, 10.0),  # a slow step long ago is forgotten
+        ([6.0], 0.0, 10.0),  # multiplier 0: no scaling
+    ],
+)
+def test_the_timeout_scales_with_the_steps_seen(
+    waits: list[float], multiplier: float, timeout: float
+) -> None:
+    d = StallDetector(TIMEOUT_S, 0.0, multiplier)
+    now, steps = 0.0, 5
+    d.observe("a", now, steps, 1, 0.0)
+    for w in waits:
+        now, steps = now + w, steps + 1
+        assert not d.observe("a", now, steps, 1, 0.0)
+    assert d.timeout_for("a", now) == timeout
+    assert not d.observe("a", now + timeout - 0.01, steps, 1, 0.0)
+    assert d.observe("a", now + timeout, steps, 1, 0.0)
+
+
+def test_reconfigure_keeps_what_was_seen() -> None:
+    d = StallDetector(TIMEOUT_S)
+    d.observe("a", 0.0, 0, 1, 0.0)
+    d.configure(TIMEOUT_S, 30.0, 4.0)
+    assert d.timeout_for("a", 0.0) == math.inf  # still in its first step
+    assert not d.observe("a", 1.0, 1, 1, 0.0)
+    assert d.timeout_for("a", 1.0) == 30.0  # the grace applies to it
+    d.configure(None, 30.0, 4.0)
+    assert not d.observe("a", 100.0, 1, 1, 0.0)
 
 
 def test_without_a_timeout_nothing_stalls() -> None:

@@ -29,6 +29,7 @@ def test_defaults() -> None:
         ({"block_size": -1}, "block_size"),
         ({"eos_every": -1}, "eos_every"),
         ({"multibyte_every": -1}, "multibyte_every"),
+        ({"first_step_delay_s": -1}, "first_step_delay_s"),
         ({"faults": {"error_rate": 1.5}}, "error_rate"),
         ({"faults": {"crash_after_tokens": 0}}, "crash_after_tokens"),
         ({"faults": {"slow_token_s": -0.1}}, "slow_token_s"),

@@ -298,6 +298,24 @@ async def test_slow_tokens_pace_the_loop() -> None:
     await backend.stop()
 
 
+async def test_a_first_step_delay_holds_the_first_step_only() -> None:
+    cold, sink = await start(SimConfig(eos_every=0, first_step_delay_s=3600.0))
+    cold.submit(req(1, max_tokens=3))
+    await yields(200)
+    load = cold.load()
+    assert not sink.calls and load.steps == 0 and load.waiting == 1  # still in its first step
+    await cold.stop()
+    assert sink.of(1)[-1].finish == Finish.ABORT
+    warm, sink = await start(SimConfig(eos_every=0, first_step_delay_s=0.001))
+    warm.submit(req(1, max_tokens=3))
+    await until(lambda: sink.finished(1), max_yields=10**7)
+    steps = warm.load().steps
+    warm.submit(req(2, max_tokens=3))  # then it runs as usual
+    await until(lambda: sink.finished(2))
+    assert warm.load().steps == steps + 3
+    await warm.stop()
+
+
 async def test_start_twice_is_refused() -> None:
     backend, _sink = await start(SimConfig())
     with pytest.raises(RuntimeError):

@@ -17,13 +17,20 @@ from gateway.config.routing import (
 def test_empty_sections_are_the_defaults() -> None:
     r = msgspec.convert({}, RoutingSettings)
     assert r == RoutingSettings()
-    assert [f.type for f in r.profile.filters] == ["serves", "healthy", "not_ejected", "free_slot"]
+    assert [f.type for f in r.profile.filters] == ["serves", "not_ejected", "healthy", "free_slot"]
     assert [(s.type, s.weight) for s in r.profile.scorers] == [("load", 1.0), ("prefix", 1.0)]
     assert r.profile.picker.type == "max_score"
     assert r.profile.filters == DEFAULT_FILTERS and r.profile.scorers == DEFAULT_SCORERS
     h = msgspec.convert({}, HealthSettings)
     assert h.heartbeat_interval_s is None and h.ejection.enabled
     assert h.stall_timeout_s == 10.0
+    assert (h.stall_startup_grace_s, h.stall_step_multiplier) == (30.0, 4.0)
+    e = h.ejection
+    assert (e.max_ejection_percent, e.always_eject_one, e.healthy_panic_threshold) == (
+        50.0,
+        True,
+        50.0,
+    )
     assert msgspec.convert({"stall_timeout_s": None}, HealthSettings).stall_timeout_s is None
     assert msgspec.convert({}, RetrySettings).max_attempts == 3
 
@@ -68,6 +75,13 @@ def test_profile_from_yaml_shape() -> None:
             "stall_timeout_s",
         ),
         (HealthSettings, {"ejection": {"max_ejection_percent": 101}}, "max_ejection_percent"),
+        (
+            HealthSettings,
+            {"ejection": {"healthy_panic_threshold": -1}},
+            "healthy_panic_threshold",
+        ),
+        (HealthSettings, {"stall_startup_grace_s": -1}, "stall_startup_grace_s"),
+        (HealthSettings, {"stall_step_multiplier": -0.5}, "stall_step_multiplier"),
         (
             HealthSettings,
             {"ejection": {"base_ejection_time_s": 60, "max_ejection_time_s": 30}},

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config.routing import EjectionSettings
+from gateway.config.routing import EjectionSettings, RoutingSettings
 from gateway.policy.ejection import OutlierDetector
 from gateway.policy.routing.filters import (
     FreeSlot,
@@ -13,6 +13,7 @@ from gateway.policy.routing.filters import (
     Serves,
 )
 from gateway.policy.routing.plugin import Filter
+from gateway.policy.routing.router import Router
 from gateway.policy.routing.snapshot import Replica, RequestFeatures
 
 from ._util import DOWN, SUSPECT, names, rep, req
@@ -107,23 +108,66 @@ def test_filter_returns_its_input_when_all_pass() -> None:
         assert flt.filter(req(), replicas, 0.0) is replicas
 
 
-def _ejected(*ejected: str) -> OutlierDetector:
-    d = OutlierDetector(EjectionSettings(consecutive_failures=1, max_ejection_percent=100))
+def _ejected(*ejected: str, panic_below: float = 50.0) -> OutlierDetector:
+    d = OutlierDetector(
+        EjectionSettings(consecutive_failures=1, healthy_panic_threshold=panic_below)
+    )
     for name in ejected:
-        d.failure(name, 0.0, pool={"a", "b", "c"})
+        # Each in a pool of its own (the cap is the detector's business, not the filter's):
+        # here the replicas may be ejected together, as they are once others went DOWN.
+        assert d.failure(name, 0.0, pool={name, f"{name}-peer"}) is not None
     return d
 
 
+ABCD = ["a", "b", "c", "d"]
+
+
 @pytest.mark.parametrize(
-    ("ejected", "now", "keep_all", "kept"),
+    ("ejected", "now", "keep_all", "panic_below", "kept"),
     [
-        ((), 1.0, True, ["a", "b", "c"]),
-        (("b",), 1.0, True, ["a", "c"]),
-        (("b",), 30.0, True, ["a", "b", "c"]),  # the ejection ends at its time
-        (("a", "b", "c"), 1.0, True, ["a", "b", "c"]),  # all ejected: panic, keep all
-        (("a", "b", "c"), 1.0, False, []),
+        ((), 1.0, True, 50.0, ABCD),
+        (("b",), 1.0, True, 50.0, ["a", "c", "d"]),
+        (("b",), 30.0, True, 50.0, ABCD),  # the ejection ends at its time
+        (("a", "b"), 1.0, True, 50.0, ["c", "d"]),  # 50% left is not below 50%
+        (("a", "b", "c"), 1.0, True, 50.0, ABCD),  # 25% left: panic, keep all
+        (("a", "b", "c"), 1.0, True, 0.0, ["d"]),  # no panic threshold
+        (("a", "b", "c"), 1.0, True, 80.0, ABCD),
+        (("a",), 1.0, True, 80.0, ABCD),  # 75% left is under an 80% threshold
+        (("a", "b", "c", "d"), 1.0, True, 0.0, ABCD),  # all ejected: keep all
+        (("a", "b", "c", "d"), 1.0, False, 0.0, []),
+        (("a", "b", "c", "d"), 1.0, False, 50.0, ABCD),  # the panic threshold keeps them
     ],
 )
-def test_not_ejected(ejected: tuple[str, ...], now: float, keep_all: bool, kept: list[str]) -> None:
-    flt = NotEjected(NotEjectedParams(keep_all_if_none=keep_all), _ejected(*ejected))
-    assert names(flt.filter(req(), [rep("a"), rep("b"), rep("c")], now)) == kept
+def test_not_ejected(
+    ejected: tuple[str, ...], now: float, keep_all: bool, panic_below: float, kept: list[str]
+) -> None:
+    flt = NotEjected(
+        NotEjectedParams(keep_all_if_none=keep_all), _ejected(*ejected, panic_below=panic_below)
+    )
+    assert names(flt.filter(req(), [rep(n) for n in ABCD], now)) == kept
+
+
+def test_panic_counts_the_live_replicas() -> None:
+    """A DOWN replica is no ejection and does not count; a SUSPECT one does (the filter runs
+    before `healthy`, which would set it aside)."""
+    flt = NotEjected(NotEjectedParams(), _ejected("a", "b"))
+    down, suspect = rep("c", health=DOWN), rep("c", health=SUSPECT)
+    assert names(flt.filter(req(), [rep("a"), rep("b"), down, rep("d")], 1.0)) == ABCD  # 1 of 3
+    assert names(flt.filter(req(), [rep("a"), rep("b"), suspect, rep("d")], 1.0)) == ["c", "d"]
+    assert names(flt.filter(req(), [rep("a"), rep("b"), rep("c", whole=False)], 1.0)) == [
+        "a",
+        "b",
+        "c",
+    ]  # no live replica un-ejected: keep all
+    one = NotEjected(NotEjectedParams(), _ejected("a"))
+    assert names(one.filter(req(), [rep("a"), rep("b"), down], 1.0)) == ["b", "c"]  # 1 of 2
+
+
+def test_the_default_profile_avoids_ejected_and_stalled_replicas_without_panic() -> None:
+    """Two of four ejected, a third SUSPECT (its engine stalled, kept by the cap): 50% of the
+    live replicas are un-ejected, no panic, and the UP one takes the request."""
+    router = Router(RoutingSettings(seed=1), _ejected("a", "b"))
+    pool = [rep("a"), rep("b"), rep("c", health=SUSPECT), rep("d")]
+    for _ in range(20):
+        chosen = router.profile.route(RequestFeatures(model="m"), pool, 1.0)
+        assert chosen is not None and chosen.name == "d"

@@ -25,7 +25,7 @@ def _profile(seed: int = 0, **spec: Any) -> Profile:
 
 def test_default_profile_shape() -> None:
     p = _profile()
-    assert [type(f) for f in p.filters] == [Serves, Healthy, NotEjected, FreeSlot]
+    assert [type(f) for f in p.filters] == [Serves, NotEjected, Healthy, FreeSlot]
     assert [(type(s), w) for s, w in p.scorers] == [(Load, 1.0), (Prefix, 1.0)]
     assert isinstance(p.picker, MaxScore)
 
