@@ -35,7 +35,9 @@ def make_backend(config: SidecarConfig) -> Backend:
             return HeadlessWorkers(config.vllm, rank=config.rank, world_size=config.world_size)
         from engine_sidecar.backends.vllm.backend import VllmBackend
 
-        return VllmBackend(config.vllm, rank=config.rank, world_size=config.world_size)
+        return VllmBackend(
+            config.vllm, rank=config.rank, world_size=config.world_size, sidecar=config.name
+        )
     if config.backend == "triton" and config.triton is not None:
         from engine_sidecar.backends.triton.backend import TritonBackend
 
@@ -43,7 +45,7 @@ def make_backend(config: SidecarConfig) -> Backend:
     if config.backend == "openai" and config.openai is not None:
         from engine_sidecar.backends.openai.backend import OpenAIBackend
 
-        return OpenAIBackend(config.openai)
+        return OpenAIBackend(config.openai, sidecar=config.name)
     raise ValueError(f"unknown backend {config.backend!r}")
 
 

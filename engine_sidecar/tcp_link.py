@@ -79,6 +79,7 @@ class TcpLinkServer:
         self.ssl = ssl
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
+        self._stopping = False
         self.open = 0
 
     async def start(self, host: str, port: int) -> int:
@@ -89,6 +90,7 @@ class TcpLinkServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._server is not None:
             self._server.close()
         await tasks.stop_all(list(self._conns))
@@ -122,6 +124,12 @@ class TcpLinkServer:
             await self._relay(reader, writer)
         except (OSError, EOFError, TimeoutError) as e:  # bad frames end the session's reader
             log.warning("tcp link ended: %s", str(e) or type(e).__name__)
+        except asyncio.CancelledError:
+            # The server's own stop ends its connections: the handler returns, for asyncio's
+            # streams read the result of a connection's task and log a cancelled one as an
+            # error. Any other cancellation is not ours to end.
+            if not self._stopping:
+                raise
         finally:
             self._conns.discard(task)
             writer.close()

@@ -195,6 +195,7 @@ class Gateway:
             )
         tag = owner.tag(None if seat is None else seat.index)
         self.streams = Streams(s, StreamMetrics(self.metrics.registry), tag)
+        self.streams.tenant_keeps = lambda name: self.service.tenants.resumable(name)
         self.http_api = HttpApi(self.fleet, self.service, self.metrics, s, self, self.streams)
         self.grpc_servicer = grpc_api.GatewayServicer(self.fleet, self.service, s, self.streams)
         self.siblings: Siblings | None = None
@@ -274,6 +275,7 @@ class Gateway:
         self.http_api.tokenizing.settings = s
         self.http_api.responses.reconfigure(s)
         self.streams.grace_s = s.detach_grace_s  # (n > 1 streams read it there)
+        self.streams.routes = s.resumable_streams
         self.grpc_servicer.settings = s
         self.reporter.log_requests = s.request_log
         collector.set_thresholds(s.gc)

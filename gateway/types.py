@@ -31,6 +31,7 @@ class GenerationRequest(GenerationView):
         "hide_reasoning",
         "include_usage",
         "n",
+        "resumable",
         "return_token_ids",
         "session_id",
         "stream",
@@ -74,6 +75,9 @@ class GenerationRequest(GenerationView):
         # p * n + i of prompt p. Empty: the one prompt of the generation.
         self.batch: tuple[str | tuple[int, ...], ...] = ()
         self._priority = priority  # None: the client asked for no class
+        # Its stream kept for resume (true) or not (false): the request's word; None: it said
+        # nothing (its tenant's or route's then: gateway/streams/ask.py).
+        self.resumable: bool | None = None
 
     def _key(self) -> tuple[object, ...]:
         return (
@@ -89,6 +93,7 @@ class GenerationRequest(GenerationView):
             self.batch,
             self.hide_reasoning,
             self.echo_prompt,
+            self.resumable,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -124,6 +129,7 @@ class GenerationRequest(GenerationView):
         out.session_id, out._priority, out.n = self.session_id, self._priority, 1
         out.return_token_ids, out.continuous_usage = self.return_token_ids, self.continuous_usage
         out.hide_reasoning, out.echo_prompt = self.hide_reasoning, self.echo_prompt
+        out.resumable = self.resumable
         return out
 
     @property

@@ -25,6 +25,7 @@ from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
+from gateway.streams.ask import GENERATE, RESUMABLE_HEADER, parse_asked
 from gateway.streams.hub import Streams
 from gateway.streams.owner import STREAM
 from gateway.streams.producer import produce, run_detached
@@ -173,6 +174,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             req = to_request(request, self.settings.default_max_tokens)
             metadata = dict(context.invocation_metadata() or ())
             key = bearer_key(metadata.get("authorization"))
+            req.resumable = parse_asked(metadata.get(RESUMABLE_HEADER))
             if req.n > 1:
                 fan = Fanout(self._service, req)
                 try:
@@ -202,7 +204,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                 initial.append(("x-shardgate-replica", gen.first_replica))
             if self.streams is not None:
                 kept: dict[str, str] = {}
-                relay.log = self.streams.open(gen.tenant, kept, KIND)
+                relay.log = self.streams.open(gen.tenant, kept, GENERATE, req.resumable, KIND)
                 initial.extend(kept.items())
                 if relay.log is not None:
                     relay.log.attach(writer)
@@ -291,7 +293,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
             initial = [("x-request-id", req.request_id), *fan.jobs[0].headers]
             if self.streams is not None:
                 kept: dict[str, str] = {}
-                log = self.streams.open(fan.jobs[0].tenant, kept, KIND)
+                log = self.streams.open(fan.jobs[0].tenant, kept, GENERATE, req.resumable, KIND)
                 initial.extend(kept.items())
                 if log is not None:
                     enc.keep(log)

@@ -16,6 +16,8 @@ Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+# The routes whose streams a config may keep for resume (gateway/streams/ask.py).
+ResumableRoute = Literal["/v1/chat/completions", "/v1/completions", "shardgate.v1.Gateway/Generate"]
 
 
 class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -154,6 +156,12 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # A streaming client that disconnects: its engine request keeps running this long for it
     # (or another reader of the same tenant) to reattach; then it is aborted. 0: aborted at once.
     detach_grace_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    # The routes whose streams are kept for resume without being asked (its `id:` lines and
+    # the stream store): "/v1/chat/completions", "/v1/completions",
+    # "shardgate.v1.Gateway/Generate". A request asks for itself (`x-shardgate-resumable`,
+    # `stream_options.resumable`), a tenant in its `resumable_streams`. Empty (default): a
+    # stream nobody asked to keep is byte for byte what `vllm serve` sends.
+    resumable_streams: frozenset[ResumableRoute] = frozenset()
     streams: StreamSettings = StreamSettings()
     gc: CollectorSettings = CollectorSettings()
     # glibc's mmap threshold, fixed at start (gateway/allocator.py): blocks this large or larger

@@ -65,6 +65,9 @@ class TenantConfig(RateLimits, frozen=True, forbid_unknown_fields=True, kw_only=
     # Share of the queue within a priority class (weighted fair queuing by tokens).
     weight: Weight = 1.0
     models: dict[str, ModelOverride] = {}
+    # Its streams kept for resume (true) or not (false) unless a request says otherwise;
+    # left out: as `gateway.resumable_streams` lists their routes.
+    resumable_streams: bool | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -64,6 +64,7 @@ class Tenant:
     weight: float = 1.0
     defaults: Limits = UNLIMITED
     per_model: Mapping[str, Limits] = field(default_factory=dict)
+    resumable: bool | None = None  # its streams kept for resume (None: as their route says)
 
     def limits(self, model: str) -> Limits:
         return self.per_model.get(model, self.defaults)
@@ -81,7 +82,7 @@ class Tenant:
     @classmethod
     def from_config(cls, c: TenantConfig) -> Tenant:
         per_model = {m: _limits(c, m, o) for m, o in c.models.items()}
-        return cls(c.name, c.weight, _limits(c, None, None), per_model)
+        return cls(c.name, c.weight, _limits(c, None, None), per_model, c.resumable_streams)
 
 
 def _limits(t: TenantConfig, model: str | None, o: ModelOverride | None) -> Limits:
@@ -141,6 +142,11 @@ class Tenants:
 
     def get(self, name: str) -> Tenant | None:
         return self._by_name.get(name)
+
+    def resumable(self, name: str) -> bool | None:
+        """Tenant `name`'s word on keeping its streams for resume (None: it says nothing)."""
+        t = self._by_name.get(name)
+        return None if t is None else t.resumable
 
     def resolve(self, api_key: str | None) -> Tenant:
         """The tenant of `api_key` (None or "" = no key); raises `Unauthorized` (401)."""

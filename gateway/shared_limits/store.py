@@ -57,7 +57,7 @@ def connect(url: str, timeout_s: float) -> Client:
     elif t.kind == "sentinel":
         from redis.asyncio.sentinel import Sentinel
 
-        sentinel = Sentinel(list(t.hosts), socket_timeout=timeout_s)  # type: ignore[no-untyped-call]
+        sentinel = Sentinel(list(t.hosts), socket_timeout=timeout_s)  # type: ignore[no-untyped-call,unused-ignore]
         client = _ThroughSentinel(sentinel.master_for(t.service, db=t.db, **opts), sentinel)
     else:
         from redis.asyncio.cluster import ClusterNode, RedisCluster

@@ -3,8 +3,11 @@ the grace a detached producer gets, and the metrics."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gateway.config.schema import GatewaySettings
 from gateway.observability.stream_metrics import StreamMetrics
+from gateway.streams.ask import kept
 from gateway.streams.detached import Detached
 from gateway.streams.policy import Limits
 from gateway.streams.store import StreamLog, StreamStore
@@ -34,10 +37,24 @@ class Streams:
         if metrics is not None:
             metrics.watch(self.store)
         self.detached = Detached()
+        self.routes = settings.resumable_streams  # (reloaded with the settings)
+        # A tenant's word on keeping its streams (None: it says nothing): the live tenants'.
+        self.tenant_keeps: Callable[[str], bool | None] = lambda tenant: None
 
-    def open(self, tenant: str, headers: dict[str, str], kind: str = "sse") -> StreamLog | None:
-        """A new stream's log (its id in `headers`), or None: served without resume."""
+    def open(
+        self,
+        tenant: str,
+        headers: dict[str, str],
+        route: str,
+        asked: bool | None = None,
+        kind: str = "sse",
+    ) -> StreamLog | None:
+        """A new stream's log (its id in `headers`), or None: served without resume (not
+        asked for, `asked` None: the request said nothing; or the store cannot keep it)."""
+        if not kept(asked, self.tenant_keeps(tenant), route, self.routes):
+            return None
         if not self.enabled:
+            headers[NO_RESUME_HEADER] = "disabled"
             return None
         log = self.store.open(tenant, kind)
         if log is None:

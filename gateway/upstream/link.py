@@ -143,10 +143,10 @@ class EngineLink:
             try:
                 await self._session()
             except asyncio.CancelledError:
-                self._lost("gateway is shutting down")
+                self._lost("gateway is shutting down", expected=True)
                 raise
             except Exception as e:
-                log.warning("link %s (%s): %s", self.name, self.address, str(e) or type(e).__name__)
+                self._failed(str(e) or type(e).__name__)
             attempt = 0 if self.connected else attempt + 1
             self._lost(f"lost the link to sidecar {self.name}")
             delay = reconnect_delay_s(
@@ -154,7 +154,19 @@ class EngineLink:
             )
             await asyncio.sleep(delay)
 
-    def _lost(self, why: str) -> None:
+    def _failed(self, why: str) -> None:
+        if self._connected_once.is_set():
+            log.warning("link %s (%s): %s", self.name, self.address, why)
+        else:  # a sidecar starts serving once its engine has loaded: minutes, for a large one
+            log.info(
+                "link %s: waiting for sidecar at %s to serve (its engine may still be loading; "
+                "last try: %s)",
+                self.name,
+                self.address,
+                why,
+            )
+
+    def _lost(self, why: str, expected: bool = False) -> None:
         was = self.connected
         self.connected = False
         self.kick = _nothing
@@ -166,7 +178,9 @@ class EngineLink:
         for stream in streams.values():
             stream.fail(Unavailable(why))
         if was:
-            log.warning("link %s down: %s", self.name, why)
+            log.log(
+                logging.INFO if expected else logging.WARNING, "link %s down: %s", self.name, why
+            )
 
     async def _session(self) -> None:
         s = self.settings

@@ -30,6 +30,7 @@ GATEWAY_YAML = """
 gateway:
   default_max_tokens: 64
   detach_grace_s: 3
+  resumable_streams: ["/v1/chat/completions", "/v1/completions", "shardgate.v1.Gateway/Generate"]
 tenants:
   - {name: alpha, keys: [sk-alpha]}
 """
@@ -183,7 +184,11 @@ def test_an_n3_stream_nobody_reattaches_is_aborted_after_the_grace_and_settled(
 
 
 QUEUED_YAML = """
-gateway: {default_max_tokens: 16, keepalive_s: 0.05, detach_grace_s: 3}
+gateway:
+  default_max_tokens: 16
+  keepalive_s: 0.05
+  detach_grace_s: 3
+  resumable_streams: [/v1/chat/completions]
 model_capacity: {sim-llama: 1}
 """
 PROMPT: list[Any] = [{"role": "user", "content": "Tell me a story."}]  # (Stream's prompt)

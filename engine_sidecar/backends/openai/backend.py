@@ -64,8 +64,10 @@ def _limits(c: OpenAIConfig, max_model_len: int) -> Limits:
 
 
 class OpenAIBackend:
-    def __init__(self, config: OpenAIConfig) -> None:
+    def __init__(self, config: OpenAIConfig, *, sidecar: str = "") -> None:
+        """`sidecar`: the sidecar's name, in errors that name its config keys."""
         self.config = config
+        self.sidecar = sidecar
         self._client: EngineClient | None = None
         self._monitor: Monitor | None = None
         self._server: Server | None = None
@@ -110,7 +112,11 @@ class OpenAIBackend:
             probe_s = max(c.first_chunk_timeout_s, c.rpc_timeout_s)  # (a probe is a completion)
             token_ids = await takes_token_ids(client, c.model, probe_s)
             tokenizer = await asyncio.to_thread(load_tokenizer, c, model.root)
-            local = await asyncio.to_thread(make_local, c, tokenizer) if token_ids else None
+            local = (
+                await asyncio.to_thread(make_local, c, tokenizer, self.sidecar)
+                if token_ids
+                else None
+            )
             logprobs = local is not None and await takes_logprob_ids(client, c.model, probe_s)
         except BaseException:
             self._client = None

@@ -73,7 +73,9 @@ def structured_outputs(chat: ChatParse) -> dict[str, Any] | None:
     return out or None
 
 
-def make_local(config: OpenAIConfig, tokenizer: HfTokenizer | None) -> Local | None:
+def make_local(
+    config: OpenAIConfig, tokenizer: HfTokenizer | None, sidecar: str = ""
+) -> Local | None:
     if tokenizer is None:
         return None
     if importlib.util.find_spec("vllm") is None:
@@ -91,7 +93,9 @@ def make_local(config: OpenAIConfig, tokenizer: HfTokenizer | None) -> Local | N
         reasoning_parser=c.reasoning_parser,
     )
     try:
-        parsers = ChatParsers(parsers_config, tokenizer.raw, None)
+        parsers = ChatParsers(
+            parsers_config, tokenizer.raw, None, section="openai", sidecar=sidecar
+        )
     except (KeyError, ValueError, TypeError, ImportError) as e:
         raise RuntimeError(f"openai.tool_call_parser / reasoning_parser: {e}") from e
     return Local(tokenizer, parsers, parsers.reasoning)

@@ -74,9 +74,12 @@ class VllmBackend:
         world_size: int = 1,
         engine: Engine | None = None,
         engine_factory: EngineFactory = build_async_llm,
+        sidecar: str = "",
     ) -> None:
-        """`engine`: an engine started elsewhere, shared; stop() leaves it running."""
+        """`engine`: an engine started elsewhere, shared; stop() leaves it running. `sidecar`:
+        the sidecar's name, in errors that name its config keys."""
         self.config = config
+        self.sidecar = sidecar
         self._rank = rank
         self._world_size = world_size
         self._factory = engine_factory
@@ -120,7 +123,7 @@ class VllmBackend:
         )
         self.engine = engine
         model_config = getattr(engine.llm, "model_config", None)
-        self._parsers = ChatParsers(c, engine.tokenizer.raw, model_config)
+        self._parsers = ChatParsers(c, engine.tokenizer.raw, model_config, sidecar=self.sidecar)
         max_len = engine.max_model_len
         self._limits = Limits(
             c.served_name,

@@ -50,8 +50,8 @@ class Adapters:
         if not self.enabled:
             raise RequestError(
                 ErrorCode.INVALID_ARGUMENT,
-                "LoRA is not enabled for this engine: set vllm.enable_lora "
-                "(vLLM's --enable-lora) to load adapters at run time.",
+                "LoRA is not enabled for this engine: set vllm.enable_lora in the sidecar's "
+                "config to load adapters at run time.",
                 "lora_name",
             )
         request = self.requests.new(name, path)

@@ -58,13 +58,27 @@ def vllm_request(g: Generation) -> Any:
 class ChatParsers:
     """The configured parsers (none: answers are text)."""
 
-    def __init__(self, config: VllmConfig, tokenizer: Any, model_config: Any) -> None:
+    def __init__(
+        self,
+        config: VllmConfig,
+        tokenizer: Any,
+        model_config: Any,
+        *,
+        section: str = "vllm",
+        sidecar: str = "",
+    ) -> None:
+        """`section` and `sidecar`: where a user sets the parsers (`openai.tool_call_parser` in
+        the config of sidecar `sidecar`), named in the refusals."""
         from vllm.parser import ParserManager
         from vllm.tool_parsers import ToolParserManager
 
         if config.tool_parser_plugin:
             ToolParserManager.import_tool_parser(config.tool_parser_plugin)
         self.enable_auto_tools = config.enable_auto_tool_choice
+        self._where = (
+            f"in the config of sidecar {sidecar!r}" if sidecar else "in the sidecar's config"
+        )
+        self._section = section
         self._tokenizer = tokenizer
         self._model_config = model_config
         self._cls = ParserManager.get_parser(
@@ -78,20 +92,22 @@ class ChatParsers:
         self._tool_parser = self._cls is not None and self._cls.tool_parser_cls is not None
 
     def check(self, g: Generation) -> None:
-        """vLLM's refusals of a tool choice that no tool parser serves."""
+        """vLLM's refusals of a tool choice that no tool parser serves, naming the config keys
+        that would serve it."""
         t = g.tools
         if t is None or t.choice == "none" or self._tool_parser:
             return
+        key = f"{self._section}.tool_call_parser"
         if t.choice == "auto":
             raise RequestError(
                 _BAD,
-                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
-                "to be set",
+                f'"auto" tool choice requires {self._section}.enable_auto_tool_choice and {key} '
+                f"to be set {self._where}",
                 "tool_choice",
             )
         what = f'function "{t.function}"' if t.choice == "function" else f'"{t.choice}"'
         raise RequestError(
-            _BAD, f"tool_choice={what} requires --tool-call-parser to be set", "tool_choice"
+            _BAD, f"tool_choice={what} requires {key} to be set {self._where}", "tool_choice"
         )
 
     def begin(self, g: Generation) -> ChatParse | None:

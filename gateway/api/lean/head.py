@@ -14,6 +14,8 @@ from typing import Final, Literal
 
 import httptools
 
+from gateway.streams.ask import RESUMABLE_HEADER
+
 __all__ = ["KEPT", "LEAN_PATHS", "Head", "HeadLimits", "HeadReader", "Verdict"]
 
 Kind = Literal["chat", "completion"]
@@ -27,7 +29,9 @@ _REFUSED: Final = frozenset({"transfer-encoding", "expect", "upgrade", "content-
 _CONNECTION: Final = {None: False, "keep-alive": False, "close": True}
 # The headers a served request keeps, for its handler (`LeanExchange.header`): the rest are
 # checked and dropped, not held for the life of a stream (the OpenAI SDK sends ~15).
-KEPT: Final = frozenset({"authorization", "x-priority", "x-request-id", "x-session-id"})
+KEPT: Final = frozenset(
+    {"authorization", "x-priority", "x-request-id", "x-session-id", RESUMABLE_HEADER}
+)
 
 
 class HeadLimits:

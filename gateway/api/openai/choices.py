@@ -16,10 +16,12 @@ from gateway.api.openai.detach import Writer, client_gone
 from gateway.api.openai.echo import echo_text
 from gateway.api.openai.exchange import Exchange, Outbound, Reply
 from gateway.api.openai.logprobs import formatter
+from gateway.api.openai.relay import final_step
 from gateway.api.openai.sse import KEEPALIVE, SSE_HEADERS, Tally, response_headers
 from gateway.api.openai.template import response_role
 from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.runtime.service import Service
+from gateway.streams.ask import CHAT, COMPLETIONS
 from gateway.streams.hub import Streams
 from gateway.streams.producer import produce
 from gateway.streams.sse import Tape
@@ -98,7 +100,10 @@ class Choices(fanout.Fanout):
         headers = response_headers(self.jobs[0])
         streams = self._streams
         writer = Writer(ex)
-        log = streams.open(self.jobs[0].tenant, headers) if streams is not None else None
+        log = None
+        if streams is not None:
+            route = CHAT if self.kind == "chat" else COMPLETIONS
+            log = streams.open(self.jobs[0].tenant, headers, route, self.req.resumable)
         try:  # (an open log is finished whatever happens: a live one is never evicted)
             relay = ChoicesRelay(self, Tape(log) if log is not None else None)
             resp = ex.sse({**SSE_HEADERS, **headers})
@@ -212,6 +217,8 @@ class ChoicesRelay:
             self.ids = [token_ids.StreamIds(kind, prompt[i // req.n]) for i in range(len(encs))]
         self.usage = [ChoiceUsage() for _ in encs] if req.continuous_usage else None
         self.buf = bytearray()
+        # (each choice's final step, until its finish event)
+        self.lasts: dict[int, tuple[encode.Last, list[int]]] = {}
         self.began = False
         self.ended = False
 
@@ -220,9 +227,11 @@ class ChoicesRelay:
         choices, buf, ids, usage = self.choices, self.buf, self.ids, self.usage
         tally, answer, enc = choices.tallies[index], choices.answers[index], self.encs[index]
         if not batch:
-            enc.finish_chunk_into(buf, answer.finish_reason(tally.reason, whole=False))
+            last, last_ids = self.lasts.pop(index, (None, []))
+            reason = answer.finish_reason(tally.reason, whole=False)
+            enc.finish_chunk_into(buf, reason, last, not self.req.include_usage)
             if ids is not None:
-                ids[index].add(buf, [])
+                ids[index].add(buf, last_ids)
             if usage is not None:
                 usage[index].add(buf)
         for d in batch:
@@ -233,7 +242,9 @@ class ChoicesRelay:
                 choices._begin(buf, self.encs, usage)
             if usage is not None:
                 usage[index].see(d)
-            if d.token_ids or d.text or d.parsed:
+            if d.finish:  # its step goes in the choice's finish event, as vLLM sends it
+                self.lasts[index] = (final_step(d, answer), d.token_ids)
+            elif d.token_ids or d.text or d.parsed:
                 if d.parsed:  # an answer its engine parsed: its pieces
                     delta = delta_of(answer.add(d.parsed))
                     if delta is None and d.logprobs:  # its logprobs (as vLLM)

@@ -16,9 +16,11 @@ from gateway.types import GatewayError, Usage
 
 __all__ = [
     "DONE",
+    "SYSTEM_FINGERPRINT",
     "Choice",
     "ChunkEncoder",
     "ChunkKind",
+    "Last",
     "encode_chat_completion",
     "encode_completion",
     "encode_model",
@@ -38,19 +40,31 @@ _encoder: Final = msgspec.json.Encoder()
 _encode: Final = _encoder.encode
 _encode_into: Final = _encoder.encode_into
 
-_NO_CHOICE_TAIL: Final = b',"logprobs":null,"finish_reason":null}]}\n\n'
+# The layout of `vllm serve`'s chunks (0.32), field for field: unchanged third-party clients
+# read the bytes. Every choice of a chat chunk ends with its `token_ids` (null unless asked for,
+# gateway/api/openai/token_ids.py); a text completion's also with `stop_reason` and
+# `prompt_token_ids`. Chat's first chunk carries `prompt_token_ids` and `prompt_text` beside
+# its choices; the last event of a stream carries the `system_fingerprint`.
+_CHAT_CHOICE_END: Final = b',"token_ids":null}]}\n\n'
+_TEXT_CHOICE_END: Final = b',"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n'
+_ROLE_TAIL: Final = (
+    b',"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n'
+)
 # The parts of a stream's events after its choice's index that every stream of a kind shares
-# (one copy, not one per open stream): token suffix, text end before logprobs, finish middle.
+# (one copy, not one per open stream): token suffix, text end before logprobs, choice end
+# after a token's logprobs.
 _CHAT_PARTS: Final = (
-    b"}" + _NO_CHOICE_TAIL,
+    b'},"logprobs":null,"finish_reason":null' + _CHAT_CHOICE_END,
     b'},"logprobs":',
-    b'"delta":{},"logprobs":null,"finish_reason":',
+    b',"finish_reason":null' + _CHAT_CHOICE_END,
 )
 _TEXT_PARTS: Final = (
-    _NO_CHOICE_TAIL,
+    b',"logprobs":null,"finish_reason":null' + _TEXT_CHOICE_END,
     b',"logprobs":',
-    b'"text":"","logprobs":null,"finish_reason":',
+    b',"finish_reason":null' + _TEXT_CHOICE_END,
 )
+# What gateway answers carry as `system_fingerprint` (vLLM's is its version and config hash).
+SYSTEM_FINGERPRINT: Final = "shardgate-0.1.0"
 
 
 def _scrub(text: str) -> str:
@@ -78,14 +92,26 @@ def _usage(usage: Usage) -> dict[str, Any]:
     }
 
 
+def _stream_usage(usage: Usage) -> dict[str, Any]:
+    """A stream's usage, in `vllm serve`'s order (no prompt_tokens_details: its default)."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "completion_tokens": usage.completion_tokens,
+    }
+
+
 class ChunkEncoder:
     """Renders the SSE events of one streamed response (chat or text completion)."""
 
     __slots__ = (
-        "_finish_mid",
+        "_chat",
+        "_choice_end",
+        "_fingerprint",
         "_head_len",
         "_lead_len",
         "_logprobs",
+        "_lp_end",
         "_role",
         "_token_prefix",
         "_token_suffix",
@@ -101,6 +127,7 @@ class ChunkEncoder:
         logprobs: LogprobFormat | None = None,
         index: int = 0,
         role: str = "assistant",
+        fingerprint: str = SYSTEM_FINGERPRINT,
     ) -> None:
         """`index`: the choice this encoder's chunks are of (n > 1); `role`: a chat answer's."""
         if kind == "chat":
@@ -124,20 +151,24 @@ class ChunkEncoder:
             )
         )
         self._logprobs = logprobs
+        self._fingerprint = b',"system_fingerprint":' + _encode(fingerprint)
         choice = b'[{"index":%d,' % index
         # An open stream holds its token events' prefix only: the head and the choice are its
         # first bytes; the first and last events are made when written (once a stream).
         self._head_len = len(head)
         self._lead_len = len(head) + len(choice)
         self._role: str | None
-        if kind == "chat":
+        self._chat = kind == "chat"
+        if self._chat:
             self._role = role
             self._token_prefix = head + choice + b'"delta":{"content":'
-            self._token_suffix, self._token_text_end, self._finish_mid = _CHAT_PARTS
+            self._token_suffix, self._token_text_end, self._lp_end = _CHAT_PARTS
+            self._choice_end = b',"token_ids":null}]'
         else:
             self._role = None  # (no role chunk)
             self._token_prefix = head + choice + b'"text":'
-            self._token_suffix, self._token_text_end, self._finish_mid = _TEXT_PARTS
+            self._token_suffix, self._token_text_end, self._lp_end = _TEXT_PARTS
+            self._choice_end = b',"prompt_token_ids":null,"token_ids":null}]'
 
     def plain_tokens(self) -> tuple[bytes, bytes] | None:
         """(before, after) the JSON string of the text in every token event of this stream
@@ -152,24 +183,35 @@ class ChunkEncoder:
         if self._role is None:
             return b""
         role = b'"delta":{"role":%s,"content":""}' % _encode(self._role)
-        return self._token_prefix[: self._lead_len] + role + _NO_CHOICE_TAIL
+        return self._token_prefix[: self._lead_len] + role + _ROLE_TAIL
+
+    def _text_into(self, buf: bytearray, text: str) -> None:
+        try:
+            _encode_into(text, buf, -1)
+        except UnicodeEncodeError:  # lone surrogates: leaves buf as it was
+            _encode_into(_scrub(text), buf, -1)
 
     def token_chunk_into(
         self, buf: bytearray, text: str, logprobs: list[Logprobs] | None = None
     ) -> None:
         """Append one SSE event carrying `text` (and its tokens' logprobs) to `buf`."""
         buf += self._token_prefix
-        try:
-            _encode_into(text, buf, -1)
-        except UnicodeEncodeError:  # lone surrogates: leaves buf as it was
-            _encode_into(_scrub(text), buf, -1)
+        self._text_into(buf, text)
         fmt = self._logprobs
         if fmt is None or logprobs is None:
             buf += self._token_suffix
             return
         buf += self._token_text_end
         _encode_into(fmt(logprobs), buf, -1)
-        buf += b',"finish_reason":null}]}\n\n'
+        buf += self._lp_end
+
+    def _delta_into(self, buf: bytearray, delta: dict[str, Any]) -> None:
+        start = len(buf)
+        try:
+            _encode_into(delta, buf, -1)
+        except UnicodeEncodeError:  # lone surrogates (what was written of the delta goes)
+            del buf[start:]
+            _encode_into(_scrub_all(delta), buf, -1)
 
     def delta_chunk_into(
         self, buf: bytearray, delta: dict[str, Any], logprobs: list[Logprobs] | None = None
@@ -178,32 +220,62 @@ class ChunkEncoder:
         its tokens' logprobs."""
         buf += memoryview(self._token_prefix)[: self._lead_len]
         buf += b'"delta":'
-        start = len(buf)
-        try:
-            _encode_into(delta, buf, -1)
-        except UnicodeEncodeError:  # lone surrogates (what was written of the delta goes)
-            del buf[start:]
-            _encode_into(_scrub_all(delta), buf, -1)
+        self._delta_into(buf, delta)
         fmt = self._logprobs
         if fmt is None or logprobs is None:
-            buf += _NO_CHOICE_TAIL
-            return
-        buf += b',"logprobs":'
-        _encode_into(fmt(logprobs), buf, -1)
-        buf += b',"finish_reason":null}]}\n\n'
+            buf += b',"logprobs":null'
+        else:
+            buf += b',"logprobs":'
+            _encode_into(fmt(logprobs), buf, -1)
+        buf += self._lp_end
 
-    def finish_chunk_into(self, buf: bytearray, finish_reason: str) -> None:
-        """Append the event with an empty delta/text and `finish_reason` to `buf`."""
+    def finish_chunk_into(
+        self,
+        buf: bytearray,
+        finish_reason: str,
+        last: Last | None = None,
+        fingerprint: bool = True,
+    ) -> None:
+        """Append the event that ends the choice with `finish_reason`, carrying `last` (what
+        the engine's final step added, as vLLM sends it in that event); `fingerprint`: it is
+        the stream's last event (no usage follows)."""
         buf += memoryview(self._token_prefix)[: self._lead_len]
-        buf += self._finish_mid
+        text = last.text if last is not None else ""
+        if self._chat:
+            buf += b'"delta":'
+            if last is not None and last.delta is not None:
+                self._delta_into(buf, last.delta)
+            elif last is None or last.parsed:
+                buf += b"{}"
+            else:
+                buf += b'{"content":'
+                self._text_into(buf, text)
+                buf += b"}"
+        else:
+            buf += b'"text":'
+            self._text_into(buf, text)
+        fmt = self._logprobs
+        if fmt is None or last is None or last.logprobs is None:
+            buf += b',"logprobs":null'
+        else:
+            buf += b',"logprobs":'
+            _encode_into(fmt(last.logprobs), buf, -1)
+        buf += b',"finish_reason":'
         _encode_into(finish_reason, buf, -1)
-        buf += b"}]}\n\n"
+        buf += b',"stop_reason":'
+        _encode_into(last.stop_reason if last is not None else None, buf, -1)
+        buf += self._choice_end
+        if fingerprint:
+            buf += self._fingerprint
+        buf += b"}\n\n"
 
     def usage_chunk_into(self, buf: bytearray, usage: Usage) -> None:
-        """Append the usage event (``"choices": []``, as with stream_options.include_usage)."""
+        """Append the usage event (``"choices": []``, as with stream_options.include_usage):
+        the stream's last."""
         buf += memoryview(self._token_prefix)[: self._head_len]
         buf += b'[],"usage":'
-        _encode_into(_usage(usage), buf, -1)
+        _encode_into(_stream_usage(usage), buf, -1)
+        buf += self._fingerprint
         buf += b"}\n\n"
 
     @staticmethod
@@ -211,6 +283,18 @@ class ChunkEncoder:
         """An SSE event carrying an error that happened after the stream started."""
         err = {"error": {"message": message, "type": type, "param": None, "code": code}}
         return b"data: " + _encode(err) + b"\n\n"
+
+
+class Last(msgspec.Struct):
+    """What a choice's final step added, sent in the event with its finish reason (as vLLM
+    sends it): its text, its parsed delta (`parsed`: the answer was parsed, `delta` None: the
+    step added nothing to show), its logprobs and the stop string that ended it."""
+
+    text: str = ""
+    delta: dict[str, Any] | None = None
+    parsed: bool = False
+    logprobs: list[Logprobs] | None = None
+    stop_reason: str | None = None
 
 
 class Choice(msgspec.Struct, frozen=True):

@@ -141,6 +141,7 @@ def _request(
     out.return_token_ids = bool(req.return_token_ids)
     # (vLLM: only with include_usage)
     out.continuous_usage = out.include_usage and bool(opts and opts.continuous_usage_stats)
+    out.resumable = opts.resumable if opts is not None else None
     return out
 
 

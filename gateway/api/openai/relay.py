@@ -13,6 +13,16 @@ from gateway.streams.sse import Tape
 from gateway.types import Delta, GatewayError, GenerationRequest
 
 
+def final_step(d: Delta, answer: Answer) -> encode.Last:
+    """What a choice's finishing delta adds to its finish event (its parsed piece, or its
+    text; and its logprobs and stop string)."""
+    stop = d.stop_sequence or None
+    if d.parsed:
+        delta = delta_of(answer.add(d.parsed))
+        return encode.Last(delta=delta, parsed=True, logprobs=d.logprobs, stop_reason=stop)
+    return encode.Last(text=d.text, logprobs=d.logprobs, stop_reason=stop)
+
+
 class Relay:
     __slots__ = (
         "answer",
@@ -21,6 +31,8 @@ class Relay:
         "enc",
         "ended",
         "ids",
+        "last",
+        "last_ids",
         "prompt_ids",
         "req",
         "tally",
@@ -50,6 +62,8 @@ class Relay:
         self.prompt_ids = prompt_ids  # (chat's first chunk carries them)
         self.usage = usage
         self.buf = bytearray()
+        self.last: encode.Last | None = None  # what the final step added (its finish event's)
+        self.last_ids: list[int] = []
         self.begun = False  # its first chunks are encoded: what follows is its deltas
         self.ended = False  # its last events are encoded
 
@@ -81,7 +95,9 @@ class Relay:
         for d in batch:
             if usage is not None:
                 usage.see(d)
-            if d.parsed:  # an answer its engine parsed: its pieces, not the raw text
+            if d.finish:  # its step goes in the finish event, as vLLM sends it
+                self.last, self.last_ids = final_step(d, answer), d.token_ids
+            elif d.parsed:  # an answer its engine parsed: its pieces, not the raw text
                 delta = delta_of(answer.add(d.parsed))
                 if delta is None and d.logprobs:  # nothing to say, but its logprobs (as vLLM)
                     delta = {}
@@ -107,9 +123,10 @@ class Relay:
         """The finish chunk, the usage when asked for, and [DONE]."""
         self.ended = True
         buf = self.buf
-        self.enc.finish_chunk_into(buf, self.answer.finish_reason(self.tally.reason, whole=False))
+        reason = self.answer.finish_reason(self.tally.reason, whole=False)
+        self.enc.finish_chunk_into(buf, reason, self.last, not self.req.include_usage)
         if self.ids is not None:
-            self.ids.add(buf, [])
+            self.ids.add(buf, self.last_ids)
         if self.usage is not None:
             self.usage.add(buf)
         if self.req.include_usage:

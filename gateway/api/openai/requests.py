@@ -53,6 +53,7 @@ class ChatMessage(msgspec.Struct):
 class StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
     continuous_usage_stats: bool | None = None  # vLLM extension
+    resumable: bool | None = None  # kept for resume (gateway/streams/ask.py)
 
 
 class CommonRequest(msgspec.Struct, kw_only=True):

@@ -31,6 +31,7 @@ from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
+from gateway.streams.ask import CHAT, COMPLETIONS, RESUMABLE_HEADER, parse_asked
 from gateway.streams.hub import Streams
 from gateway.streams.producer import run_detached
 from gateway.streams.sse import Tape
@@ -81,6 +82,9 @@ class OpenAIServing:
         if asked is not None:
             req.priority = parse_priority(asked)
         req.session_id = (ex.header("x-session-id") or "")[:128]
+        resumable = parse_asked(ex.header(RESUMABLE_HEADER))
+        if resumable is not None:
+            req.resumable = resumable  # (the header over stream_options.resumable)
         key = bearer_key(ex.header("authorization"))
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         prompts = None  # each prompt's token ids, when the answer carries them
@@ -177,7 +181,8 @@ class OpenAIServing:
             req = gen.request
             kept: dict[str, str] = {}  # the stream id's header, once kept
             if self.streams is not None:
-                log = self.streams.open(gen.tenant, kept)
+                route = CHAT if kind == "chat" else COMPLETIONS
+                log = self.streams.open(gen.tenant, kept, route, req.resumable)
             fmt = formatter(kind == "chat", req.sampling)
             role = response_role(req.generation)
             created = int(time.time())

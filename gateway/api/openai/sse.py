@@ -11,7 +11,7 @@ from gateway.types import FINISH_REASON, Delta, Finish, InvalidRequest, Usage
 KEEPALIVE = b": keep-alive\n\n"
 
 SSE_HEADERS = {
-    "Content-Type": "text/event-stream",
+    "Content-Type": "text/event-stream; charset=utf-8",  # (as vllm serve sends it)
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }

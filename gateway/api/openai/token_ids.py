@@ -24,9 +24,9 @@ from gateway.upstream import tokens
 
 _encode: Final = msgspec.json.Encoder().encode
 _json: Final = msgspec.json.Decoder()
-# Every chunk of a choice ends its choice's object with this.
-_CHOICE_END: Final = b"}]}\n\n"
-_CHUNK_END: Final = b"}\n\n"
+# The fields every chunk has, null unless asked for (gateway/api/openai/encode.py).
+_IDS: Final = b'"token_ids":null'
+_PROMPT_IDS: Final = b'"prompt_token_ids":null'
 
 
 async def prompt_token_ids(
@@ -52,22 +52,27 @@ async def prompts_token_ids(
     ]
 
 
+def _put(buf: bytearray, null: bytes, value: list[int]) -> None:
+    """Replace the last `null` field of `buf` (its last chunk's) with `value`."""
+    at = buf.rfind(null)
+    assert at >= 0, "not a chunk with that field"
+    start = at + len(null) - len(b"null")
+    buf[start : at + len(null)] = _encode(value)
+
+
 def add_token_ids(buf: bytearray, ids: list[int], prompt: list[int] | None = None) -> None:
-    """Put `token_ids` (and, first, a text completion's `prompt_token_ids`) in the choice of
-    the chunk that `buf` ends with."""
-    assert buf.endswith(_CHOICE_END), "not a choice's chunk"
-    at = len(buf) - len(_CHOICE_END)
-    extra = b',"token_ids":' + _encode(ids)
+    """Put `token_ids` (and a text completion's `prompt_token_ids`, in its first chunk) in
+    the choice of the chunk that `buf` ends with."""
+    _put(buf, _IDS, ids)
     if prompt is not None:
-        extra = b',"prompt_token_ids":' + _encode(prompt) + extra
-    buf[at:at] = extra
+        _put(buf, _PROMPT_IDS, prompt)
 
 
 def role_chunk_with(chunk: bytes, prompt: list[int]) -> bytes:
     """Chat's first chunk with the prompt's ids beside its choices."""
-    assert chunk.endswith(_CHUNK_END), "not a chunk"
-    at = len(chunk) - len(_CHUNK_END)
-    return chunk[:at] + b',"prompt_token_ids":' + _encode(prompt) + chunk[at:]
+    buf = bytearray(chunk)
+    _put(buf, _PROMPT_IDS, prompt)
+    return bytes(buf)
 
 
 def body_with(body: bytes, chat: bool, prompts: list[list[int]], ids: list[list[int]]) -> bytes:

@@ -52,6 +52,7 @@ EXPECTED: Final[dict[str, str]] = {
     "stream": "must be a boolean",
     "stream_options": 'must be an object like {"include_usage": true}',
     "stream_options.include_usage": "must be a boolean",
+    "stream_options.resumable": "must be a boolean",
     "n": "must be an integer",
     "ignore_eos": "must be a boolean",
     "user": "must be a string",

@@ -16,6 +16,7 @@ from gateway.api.openai.encode import (
     DONE,
     Choice,
     ChunkEncoder,
+    Last,
     encode_chat_completion,
     encode_completion,
     encode_model,
@@ -42,9 +43,22 @@ USAGE_JSON = {
     "prompt_tokens_details": {"cached_tokens": 8},
 }
 
+# A stream's usage as `vllm serve` streams it (its order; no prompt_tokens_details).
+STREAM_USAGE_JSON = {"prompt_tokens": 11, "total_tokens": 16, "completion_tokens": 5}
+FP = "shardgate-0.1.0"
+
+# Chunks as `vllm serve` (0.32) writes them, field for field.
 CHUNK_KEYS = ["id", "object", "created", "model", "choices"]
-CHOICE_KEYS_CHAT = ["index", "delta", "logprobs", "finish_reason"]
-CHOICE_KEYS_COMPLETION = ["index", "text", "logprobs", "finish_reason"]
+CHOICE_KEYS_CHAT = ["index", "delta", "logprobs", "finish_reason", "token_ids"]
+CHOICE_KEYS_COMPLETION = [
+    "index",
+    "text",
+    "logprobs",
+    "finish_reason",
+    "stop_reason",
+    "prompt_token_ids",
+    "token_ids",
+]
 
 # Texts that stress JSON escaping and SSE framing.
 TRICKY_TEXTS = [
@@ -100,6 +114,8 @@ def test_chat_role_chunk() -> None:
                 "finish_reason": None,
             }
         ],
+        "prompt_token_ids": None,
+        "prompt_text": None,
     }
     chunk = ChatCompletionChunk.model_validate_json(events(raw)[0])
     assert chunk.choices[0].delta.role == "assistant"
@@ -119,7 +135,13 @@ def test_chat_token_chunk(text: str) -> None:
         "created": CREATED,
         "model": MODEL,
         "choices": [
-            {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+            {
+                "index": 0,
+                "delta": {"content": text},
+                "logprobs": None,
+                "finish_reason": None,
+                "token_ids": None,
+            }
         ],
     }
     chunk = ChatCompletionChunk.model_validate_json(events(buf)[0])
@@ -160,8 +182,18 @@ def test_chat_finish_chunk(reason: str) -> None:
     buf = bytearray()
     ChunkEncoder(RID, MODEL, CREATED, "chat").finish_chunk_into(buf, reason)
     obj = one_event(buf)
-    assert list(obj) == CHUNK_KEYS
-    assert obj["choices"] == [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}]
+    assert list(obj) == [*CHUNK_KEYS, "system_fingerprint"]
+    assert obj["choices"] == [
+        {
+            "index": 0,
+            "delta": {},
+            "logprobs": None,
+            "finish_reason": reason,
+            "stop_reason": None,
+            "token_ids": None,
+        }
+    ]
+    assert obj["system_fingerprint"] == FP
     chunk = ChatCompletionChunk.model_validate_json(events(buf)[0])
     assert chunk.choices[0].finish_reason == reason
 
@@ -175,13 +207,12 @@ def test_chat_usage_chunk() -> None:
         "created": CREATED,
         "model": MODEL,
         "choices": [],
-        "usage": USAGE_JSON,
+        "usage": STREAM_USAGE_JSON,
+        "system_fingerprint": FP,
     }
     chunk = ChatCompletionChunk.model_validate_json(events(buf)[0])
     assert chunk.usage is not None
     assert chunk.usage.total_tokens == 16
-    assert chunk.usage.prompt_tokens_details is not None
-    assert chunk.usage.prompt_tokens_details.cached_tokens == 8
 
 
 # --- streaming completions ---------------------------------------------------------------------
@@ -203,7 +234,17 @@ def test_completion_token_chunk(text: str) -> None:
         "object": "text_completion",
         "created": CREATED,
         "model": MODEL,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}],
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": None,
+                "stop_reason": None,
+                "prompt_token_ids": None,
+                "token_ids": None,
+            }
+        ],
     }
 
 
@@ -212,8 +253,18 @@ def test_completion_finish_chunk(reason: str) -> None:
     buf = bytearray()
     ChunkEncoder(RID, MODEL, CREATED, "completion").finish_chunk_into(buf, reason)
     obj = one_event(buf)
-    assert list(obj) == CHUNK_KEYS
-    assert obj["choices"] == [{"index": 0, "text": "", "logprobs": None, "finish_reason": reason}]
+    assert list(obj) == [*CHUNK_KEYS, "system_fingerprint"]
+    assert obj["choices"] == [
+        {
+            "index": 0,
+            "text": "",
+            "logprobs": None,
+            "finish_reason": reason,
+            "stop_reason": None,
+            "prompt_token_ids": None,
+            "token_ids": None,
+        }
+    ]
     # A finished chunk is a valid `Completion` (unfinished ones have finish_reason null,
     # which the SDK's Completion type does not allow, though its stream reader does).
     assert Completion.model_validate_json(events(buf)[0]).choices[0].finish_reason == reason
@@ -228,7 +279,8 @@ def test_completion_usage_chunk() -> None:
         "created": CREATED,
         "model": MODEL,
         "choices": [],
-        "usage": USAGE_JSON,
+        "usage": STREAM_USAGE_JSON,
+        "system_fingerprint": FP,
     }
     usage = Completion.model_validate_json(events(buf)[0]).usage
     assert usage is not None and usage.total_tokens == 16
@@ -450,3 +502,22 @@ def test_error_body(
     assert info.value.message.endswith(err.message)
     assert info.value.param == param
     assert info.value.type == type_
+
+
+def test_the_final_step_goes_in_the_finish_event_as_vllm_sends_it() -> None:
+    chat = ChunkEncoder(RID, MODEL, CREATED, "chat")
+    buf = bytearray()
+    chat.finish_chunk_into(buf, "stop", Last(text="ok", stop_reason="\n"), fingerprint=False)
+    obj = one_event(buf)
+    assert list(obj) == CHUNK_KEYS  # (a usage event follows: it has the fingerprint)
+    assert obj["choices"][0]["delta"] == {"content": "ok"}
+    assert (obj["choices"][0]["finish_reason"], obj["choices"][0]["stop_reason"]) == ("stop", "\n")
+    buf.clear()
+    chat.finish_chunk_into(buf, "tool_calls", Last(delta={"tool_calls": []}, parsed=True))
+    assert one_event(buf)["choices"][0]["delta"] == {"tool_calls": []}
+    buf.clear()
+    chat.finish_chunk_into(buf, "stop", Last(parsed=True))  # (the step showed nothing)
+    assert one_event(buf)["choices"][0]["delta"] == {}
+    buf.clear()
+    ChunkEncoder(RID, MODEL, CREATED, "completion").finish_chunk_into(buf, "length", Last("end"))
+    assert one_event(buf)["choices"][0]["text"] == "end"

@@ -53,10 +53,11 @@ def test_a_completion_stream_carries_the_prompt_ids_in_its_first_choice_chunk() 
         "text": "a",
         "logprobs": None,
         "finish_reason": None,
+        "stop_reason": None,
         "prompt_token_ids": [1, 2],
         "token_ids": [5],
     }
-    assert second["token_ids"] == [6] and "prompt_token_ids" not in second
+    assert second["token_ids"] == [6] and second["prompt_token_ids"] is None
 
 
 def test_whole_answers_carry_the_ids_where_vllm_puts_them() -> None:

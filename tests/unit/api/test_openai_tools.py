@@ -176,7 +176,13 @@ def test_chunks_say_what_vllm_streams() -> None:
     assert buf.startswith(b"data: ") and buf.endswith(b"\n\n")
     chunk = json.loads(buf[6:])
     assert chunk["choices"] == [
-        {"index": 0, "delta": {"content": "\ufffdx"}, "logprobs": None, "finish_reason": None}
+        {
+            "index": 0,
+            "delta": {"content": "\ufffdx"},
+            "logprobs": None,
+            "finish_reason": None,
+            "token_ids": None,
+        }
     ]
 
 

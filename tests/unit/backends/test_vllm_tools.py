@@ -174,15 +174,16 @@ def test_without_a_tool_parser_tool_choice_is_refused_as_vllm_does(tok: Any) -> 
     for tools, message in [
         (
             Tools(tools=TOOLS),
-            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser',
+            '"auto" tool choice requires vllm.enable_auto_tool_choice and vllm.tool_call_parser '
+            "to be set in the sidecar's config",
         ),
         (
             Tools(tools=TOOLS, choice="required"),
-            'tool_choice="required" requires --tool-call-parser',
+            'tool_choice="required" requires vllm.tool_call_parser',
         ),
         (
             Tools(tools=TOOLS, choice="function", function="get_time"),
-            'tool_choice=function "get_time" requires --tool-call-parser',
+            'tool_choice=function "get_time" requires vllm.tool_call_parser',
         ),
     ]:
         with pytest.raises(RequestError) as e:
@@ -205,3 +206,19 @@ def test_a_reasoning_parser_keeps_reasoning_apart_from_content(tok: Any) -> None
         assert answer.reasoning is not None and answer.content is not None
         assert "rain is likely" in answer.reasoning and "umbrella" not in answer.reasoning
         assert "take an umbrella." in answer.content and "rain" not in answer.content
+
+
+def test_a_refusal_names_the_keys_of_the_sidecar_s_own_config(tok: Any) -> None:
+    from engine_sidecar.backend import RequestError
+    from engine_sidecar.backends.vllm.config import VllmConfig
+    from engine_sidecar.backends.vllm.tools import ChatParsers
+
+    plain = ChatParsers(
+        VllmConfig(model="tiny-llama"), tok.raw, None, section="openai", sidecar="engine-a"
+    )
+    with pytest.raises(RequestError) as e:
+        plain.begin(generation(Tools(tools=TOOLS, choice="required")))
+    assert e.value.message == (
+        'tool_choice="required" requires openai.tool_call_parser to be set in the config of '
+        "sidecar 'engine-a'"
+    )
