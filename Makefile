@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROTOS := protos/shardgate/v1/engine.proto protos/shardgate/v1/gateway.proto
 
-.PHONY: venv run test lint typecheck pytest alerts protos bench clean redis-server
+.PHONY: venv run test lint typecheck pytest alerts protos bench clean redis-server node-clients
 
 venv: $(STAMP)
 
@@ -47,7 +47,14 @@ redis-server:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 			redis-server; }
 
-pytest: venv redis-server
+# The Node clients of tests/clients/ (the OpenAI Node SDK), as their lockfile pins them.
+NODE_CLIENTS := tests/clients/node
+node-clients: $(NODE_CLIENTS)/node_modules/.package-lock.json
+
+$(NODE_CLIENTS)/node_modules/.package-lock.json: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
+	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
+
+pytest: venv redis-server node-clients
 	SHARDGATE_REQUIRE_ENGINES=1 $(BIN)/pytest -q
 
 # Prometheus alert rules: promtool check + the rules' unit tests.
@@ -80,4 +87,4 @@ drill-engine: venv
 		--model fake-llm --faults engine-kill --out drill/out/engine $${DRILL_ARGS:-}
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache $(NODE_CLIENTS)/node_modules

@@ -153,6 +153,7 @@ class HttpApi:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{model:.+}", self.model)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/health", self.health)  # (vllm serve's: clients probe it)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/admin/reload", self.admin_reload)
@@ -253,6 +254,10 @@ class HttpApi:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
+
+    async def health(self, request: web.Request) -> web.Response:
+        """As `vllm serve` answers it: 200, no body."""
+        return web.Response(status=200)
 
     def own_metrics(self) -> bytes:
         """This process's exposition, replica states read now."""

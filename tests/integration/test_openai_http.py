@@ -39,6 +39,12 @@ def test_models_list(client: openai.OpenAI) -> None:
     assert client.models.retrieve("sim-llama").id == "sim-llama"
 
 
+def test_health_answers_as_vllm_serve_s(cluster: Cluster) -> None:
+    """Clients probe `vllm serve`'s /health (guidellm does, before it sends anything)."""
+    with urllib.request.urlopen(f"{cluster.http_url}/health", timeout=10) as r:
+        assert (r.status, r.read()) == (200, b"")
+
+
 def test_streamed_chat_has_one_chunk_per_token_and_usage(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
         model="sim-llama",

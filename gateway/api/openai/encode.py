@@ -6,6 +6,7 @@ stream once, so each token chunk costs two byte copies and the JSON encoding of 
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
@@ -63,8 +64,17 @@ _TEXT_PARTS: Final = (
     b',"logprobs":',
     b',"finish_reason":null' + _TEXT_CHOICE_END,
 )
+
+
+def _fingerprint() -> str:
+    try:
+        return "shardgate-" + importlib.metadata.version("shardgate")
+    except importlib.metadata.PackageNotFoundError:  # (run from a source tree, not installed)
+        return "shardgate"
+
+
 # What gateway answers carry as `system_fingerprint` (vLLM's is its version and config hash).
-SYSTEM_FINGERPRINT: Final = "shardgate-0.1.0"
+SYSTEM_FINGERPRINT: Final = _fingerprint()
 
 
 def _scrub(text: str) -> str:

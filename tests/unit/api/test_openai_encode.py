@@ -14,6 +14,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from gateway.api.openai.encode import (
     DONE,
+    SYSTEM_FINGERPRINT,
     Choice,
     ChunkEncoder,
     Last,
@@ -45,7 +46,7 @@ USAGE_JSON = {
 
 # A stream's usage as `vllm serve` streams it (its order; no prompt_tokens_details).
 STREAM_USAGE_JSON = {"prompt_tokens": 11, "total_tokens": 16, "completion_tokens": 5}
-FP = "shardgate-0.1.0"
+FP = SYSTEM_FINGERPRINT
 
 # Chunks as `vllm serve` (0.32) writes them, field for field.
 CHUNK_KEYS = ["id", "object", "created", "model", "choices"]
@@ -284,6 +285,10 @@ def test_completion_usage_chunk() -> None:
     }
     usage = Completion.model_validate_json(events(buf)[0]).usage
     assert usage is not None and usage.total_tokens == 16
+
+
+def test_the_fingerprint_names_the_gateway_s_version() -> None:
+    assert SYSTEM_FINGERPRINT.startswith("shardgate-")
 
 
 def test_unknown_kind() -> None:
