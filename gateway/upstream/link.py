@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import logging
 import random
+import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
@@ -67,6 +68,17 @@ class LinkListener(Protocol):
     def link_down(self, link: EngineLink) -> None: ...
 
 
+# How long a sidecar that never served is taken to be starting (its engine loading): failed
+# tries meanwhile are INFO, then WARNING (as `shardgate up` waits at most this long too).
+STARTING_S = 300.0
+
+
+def _misconfigured(e: Exception) -> bool:
+    """A failure that waiting does not cure: TLS refused, or a peer that broke the protocol."""
+    cause = e.__cause__ if isinstance(e, tcp_link.Unreachable) else e
+    return isinstance(cause, ssl.SSLError | tcp_link.BadData)
+
+
 class EngineLink:
     def __init__(self, name: str, address: str, settings: LinkSettings) -> None:
         self.name = name
@@ -87,6 +99,7 @@ class EngineLink:
         self.kick: Callable[[], None] = _nothing
         self._task: asyncio.Task[None] | None = None
         self._connected_once = asyncio.Event()
+        self._started_at = time.monotonic()
 
     # -- what the router reads -------------------------------------------------------------
     @property
@@ -108,7 +121,7 @@ class EngineLink:
         if not self.connected:
             raise Unavailable(f"sidecar {self.name} is not connected")
         if len(self._submits) >= self.settings.max_outgoing:
-            raise Unavailable(f"sidecar {self.name} link is saturated")
+            raise Unavailable(f"sidecar {self.name} link is saturated (gateway.link.max_outgoing)")
         key = next(self._keys)
         self.streams[key] = target
         self._submits.append((req, key, tuple(resume)))
@@ -121,6 +134,7 @@ class EngineLink:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
+        self._started_at = time.monotonic()
         self._task = asyncio.create_task(self._run(), name=f"link-{self.name}")
 
     async def wait_connected(self, timeout_s: float) -> bool:
@@ -146,7 +160,7 @@ class EngineLink:
                 self._lost("gateway is shutting down", expected=True)
                 raise
             except Exception as e:
-                self._failed(str(e) or type(e).__name__)
+                self._failed(e)
             attempt = 0 if self.connected else attempt + 1
             self._lost(f"lost the link to sidecar {self.name}")
             delay = reconnect_delay_s(
@@ -154,10 +168,12 @@ class EngineLink:
             )
             await asyncio.sleep(delay)
 
-    def _failed(self, why: str) -> None:
-        if self._connected_once.is_set():
+    def _failed(self, e: Exception) -> None:
+        why = str(e) or type(e).__name__
+        waited = time.monotonic() - self._started_at
+        if self._connected_once.is_set() or waited > STARTING_S or _misconfigured(e):
             log.warning("link %s (%s): %s", self.name, self.address, why)
-        else:  # a sidecar starts serving once its engine has loaded: minutes, for a large one
+        else:  # a sidecar serves once its engine has loaded: minutes, for a large one
             log.info(
                 "link %s: waiting for sidecar at %s to serve (its engine may still be loading; "
                 "last try: %s)",

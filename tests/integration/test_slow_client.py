@@ -7,11 +7,13 @@ same stream as with direct writes. Both with aiohttp alone and with the lean pat
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -23,6 +25,18 @@ from tests.integration.poll import until
 
 MAX_PENDING = 8
 LONG = 40_000  # ~7 MB of SSE: more than the sockets between gateway and client buffer
+
+
+class SmallWindow(http.client.HTTPConnection):
+    """A client with a small receive buffer, set before it connects (tcp(7): set after, the
+    window the kernel advertises depends on the first segment's size, and the bytes the
+    sockets hold may then come at ~20 kB/s)."""
+
+    def connect(self) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect((self.host, self.port))
 
 
 def chat(max_tokens: int, prompt: str = "Go on and on.", stream: bool = True) -> dict[str, Any]:
@@ -89,13 +103,12 @@ def test_a_client_that_stops_reading_gets_merged_deltas_then_the_whole_text(
     url = f"{big.http_url}/v1/chat/completions"
     unary = httpx.post(url, json=chat(LONG, stream=False), timeout=120).json()
     reference = unary["choices"][0]["message"]["content"]
-    small_window = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
-    transport = httpx.HTTPTransport(socket_options=small_window)
-    with (
-        httpx.Client(transport=transport, timeout=120) as client,
-        client.stream("POST", url, json=chat(LONG)) as r,
-    ):
-        assert r.status_code == 200
+    conn = SmallWindow(urlsplit(big.http_url).netloc, timeout=120)
+    body = json.dumps(chat(LONG))
+    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    try:
+        r = conn.getresponse()
+        assert r.status == 200
         until(lambda: running_jobs(big), 10.0, "the request runs")
         [job] = running_jobs(big)
         held = 0
@@ -108,7 +121,9 @@ def test_a_client_that_stops_reading_gets_merged_deltas_then_the_whole_text(
         # Not reading: the engine finishes while the gateway holds what the sockets cannot.
         until(engine_done, 60.0, "the engine finished the request")
         assert 1 <= held <= MAX_PENDING + 1
-        pieces, finish, usage = parse(r.iter_lines())
+        pieces, finish, usage = parse(line.decode().rstrip("\r\n") for line in r)
+    finally:
+        conn.close()
     assert "".join(pieces) == reference
     assert finish == "length"
     assert usage is not None and usage["completion_tokens"] == LONG
