@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import signal
 import sys
 from typing import Any
@@ -15,7 +14,7 @@ import yaml
 
 from engine_sidecar import config as sidecar_config
 from engine_sidecar.server import serve, tls_files
-from gateway import procs
+from gateway import logs, procs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="sim backend: the served model name")
     p.add_argument("--profile", help="sim backend: timing profile (instant, fast, ...)")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--log-format", choices=logs.FORMATS, default="json", help="stderr as JSON lines or text"
+    )
 
 
 def build_config(args: argparse.Namespace) -> sidecar_config.SidecarConfig:
@@ -51,10 +53,7 @@ def build_config(args: argparse.Namespace) -> sidecar_config.SidecarConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s sidecar %(name)s: %(message)s",
-    )
+    logs.setup(args.log_level, json=args.log_format == "json")  # (the gateway's lines)
     try:
         cfg = build_config(args)
         tls_files(cfg)  # certificate files that cannot load stop the start here, named

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from pathlib import Path
 
 import grpc
-import msgspec
 from aiohttp import web
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -23,7 +21,7 @@ from gateway.api.http_server import RESTART_ONLY_HTTP, Edge, EdgeRunner
 from gateway.api.lean.front import LeanFront
 from gateway.api.lean.routes import lean_front
 from gateway.config.discovery import DiscoverySettings
-from gateway.config.reload import Reloader, restart_only_change
+from gateway.config.reload import Reloader, config_hash, restart_only_change
 from gateway.config.schema import Config, EdgeTls, SidecarEndpoint
 from gateway.discovery.dns import DnsSource, Resolver, getaddrinfo
 from gateway.discovery.kubernetes import KubernetesSource
@@ -81,10 +79,6 @@ def discovery_source(d: DiscoverySettings, resolver: Resolver | None = None) -> 
     return None
 
 
-def config_hash(config: Config) -> str:
-    return hashlib.sha256(msgspec.json.encode(config)).hexdigest()[:16]
-
-
 def _bucket_settings(lim: Limits) -> tuple[object, ...]:
     """What an admission account is built from (priorities and weight are read per request)."""
     return (
@@ -132,10 +126,12 @@ class Gateway:
         worker_of: int = 1,
         seat: Seat | None = None,
         resolver: Resolver | None = None,
+        port_offset: int = 0,
     ) -> None:
         """`worker_of` > 1: one of that many workers sharing the ports (gateway/workers.py);
         the config given is already this worker's share. `seat`: where it finds its siblings
-        (for /metrics and reloads of all). `resolver`: DNS discovery's."""
+        (for /metrics and reloads of all). `resolver`: DNS discovery's. `port_offset`: what
+        the config's ports were moved by, and a reloaded file's are (gateway/config/offset.py)."""
         s = config.gateway
         self.worker_of = worker_of
         self.config = config
@@ -183,7 +179,6 @@ class Gateway:
         self.scheduler.on_queue_wait = self.reporter.queue_wait
         self.fleet.on_change = self.scheduler.capacity_changed
         self.metrics.register_heartbeat_age(self.fleet.heartbeat_ages)
-        self.metrics.set_config(1, config_hash(config))
         self.reloader: Reloader | None = None
         if config_path is not None:
             self.reloader = Reloader(
@@ -192,7 +187,10 @@ class Gateway:
                 self.apply,
                 on_failure=self.metrics.reload_failed,
                 validate=self.validate,
+                port_offset=port_offset,
             )
+        digest = config_hash(config) if self.reloader is None else self.reloader.status.hash
+        self.metrics.set_config(1, digest)
         tag = owner.tag(None if seat is None else seat.index)
         self.streams = Streams(s, StreamMetrics(self.metrics.registry), tag)
         self.streams.tenant_keeps = lambda name: self.service.tenants.resumable(name)
@@ -272,6 +270,7 @@ class Gateway:
         self.scheduler.keepalive_s = s.keepalive_s
         self.fleet.update(self._sidecars(new), s.link, new.health, s.drain_timeout_s)
         self.http_api.settings = self.http_api.serving.settings = s
+        self.http_api.anthropic.settings = s
         self.http_api.tokenizing.settings = s
         self.http_api.responses.reconfigure(s)
         self.streams.grace_s = s.detach_grace_s  # (n > 1 streams read it there)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
@@ -40,7 +42,73 @@ def check_launch(config: Config) -> None:
             sidecar_config.decode(launch_config(e), f"sidecars[{i}].launch: ")
 
 
-def sidecar_argv(e: SidecarEndpoint, log_level: str) -> list[str]:
+class Listening(NamedTuple):
+    host: str
+    port: int
+    setting: str  # what sets the port
+    moved_by: str = "--port-offset"  # what else moves it ("": nothing)
+
+    def named(self) -> str:
+        return f"{self.setting}; {self.moved_by} moves it" if self.moved_by else self.setting
+
+
+def listens(config: Config, http_port: int | None, grpc_port: int | None) -> list[Listening]:
+    """Every fixed port `shardgate up` will listen on, its sidecars' included (0, a free
+    port, is left out); `http_port`, `grpc_port`: given on the command line (None: not)."""
+    s = config.gateway
+    out = []
+    for name, listen, given in (("http", s.http, http_port), ("grpc", s.grpc, grpc_port)):
+        if given is None:
+            flags = f"--{name}-port or --port-offset"
+            out.append(Listening(listen.host, listen.port, f"gateway.{name}.port", flags))
+        else:
+            out.append(Listening(listen.host, given, f"--{name}-port", ""))
+    for i, e in enumerate(config.sidecars):
+        if e.launch is None:
+            continue
+        c = sidecar_config.decode(launch_config(e))
+        out.append(Listening(c.host, c.port, f"sidecars[{i}].address"))
+        for key, port in (("link_port", c.link_port), ("metrics_port", c.metrics_port)):
+            if port is not None:
+                out.append(Listening(c.host, port, f"sidecars[{i}].launch.{key}"))
+    return [x for x in out if x.port > 0]
+
+
+def _bind_error(host: str, port: int) -> OSError | None:
+    """Why a server could not listen on `host`:`port` now (None: it could), binding as servers
+    do (SO_REUSEADDR: a port that only lingers in TIME_WAIT is free)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        return e
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as e:
+                return e
+    return None
+
+
+def port_conflict(config: Config, http_port: int | None, grpc_port: int | None) -> str | None:
+    """The first port `shardgate up` could not listen on, as one line naming the setting that
+    moves it (None: every one is free)."""
+    seen: dict[tuple[str, int], Listening] = {}
+    for x in listens(config, http_port, grpc_port):
+        first = seen.setdefault((x.host, x.port), x)
+        if first is not x:
+            return f"port {x.port} is given twice ({first.setting} and {x.setting})"
+        error = _bind_error(x.host, x.port)
+        if error is None:
+            continue
+        if error.errno == errno.EADDRINUSE:
+            return f"port {x.port} is in use ({x.named()})"
+        return f"cannot listen on {x.host}:{x.port} ({x.named()}): {error.strerror or error}"
+    return None
+
+
+def sidecar_argv(e: SidecarEndpoint, log_level: str, log_format: str = "json") -> list[str]:
     """The command that runs the sidecar of `e`'s `launch` section."""
     config = json.dumps(launch_config(e))
     return [
@@ -51,18 +119,23 @@ def sidecar_argv(e: SidecarEndpoint, log_level: str) -> list[str]:
         config,
         "--log-level",
         log_level,
+        "--log-format",
+        log_format,
     ]
 
 
 class LocalSidecars:
-    def __init__(self, endpoints: list[SidecarEndpoint], log_level: str) -> None:
+    def __init__(
+        self, endpoints: list[SidecarEndpoint], log_level: str, log_format: str = "json"
+    ) -> None:
         self._endpoints = [e for e in endpoints if e.launch is not None]
         self._log_level = log_level
+        self._log_format = log_format
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
         for e in self._endpoints:
-            cmd = sidecar_argv(e, self._log_level)
+            cmd = sidecar_argv(e, self._log_level, self._log_format)
             self.procs.append(subprocess.Popen(cmd, env=child_env()))
             log.info("started sidecar %s (pid %d) on %s", e.name, self.procs[-1].pid, e.address)
 
@@ -144,7 +217,11 @@ async def _serve(
     log_level: str,
     workers: int,
     sidecars: LocalSidecars | None,
+    port_offset: int = 0,
+    log_format: str = "json",
 ) -> int:
+    """`config`: its ports already moved by `port_offset` (gateway/config/offset.py), which
+    the gateway (or each worker) moves the file's by again on a reload."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -156,7 +233,7 @@ async def _serve(
         if sidecars is not None:
             sidecars.start()
         if workers > 1:
-            pool = Workers(workers, path, http_port, grpc_port, log_level)
+            pool = Workers(workers, path, http_port, grpc_port, log_level, port_offset, log_format)
             loop.add_signal_handler(signal.SIGHUP, pool.signal, signal.SIGHUP)
             pool.start()
             ports = (
@@ -165,7 +242,7 @@ async def _serve(
             )
             ready = await workers_ready(pool, s.http.host, ports[0], s.http.tls is not None)
         else:
-            gw = Gateway(config, http_port, grpc_port, config_path=path)
+            gw = Gateway(config, http_port, grpc_port, config_path=path, port_offset=port_offset)
             if gw.reloader is not None:
                 loop.add_signal_handler(signal.SIGHUP, gw.reloader.reload, "SIGHUP")
             await gw.start()
@@ -198,7 +275,15 @@ async def _serve(
 async def run_workers(config: Config, path: str, args: Any) -> int:
     """`shardgate gateway --workers N`."""
     return await _serve(
-        config, path, args.http_port, args.grpc_port, args.log_level, args.workers, None
+        config,
+        path,
+        args.http_port,
+        args.grpc_port,
+        args.log_level,
+        args.workers,
+        None,
+        args.port_offset,
+        args.log_format,
     )
 
 
@@ -209,7 +294,12 @@ async def up(
     grpc_port: int | None,
     log_level: str,
     workers: int = 1,
+    port_offset: int = 0,
+    log_format: str = "json",
 ) -> int:
-    """`shardgate up`: the local sidecars, then the gateway (or its workers)."""
-    sidecars = LocalSidecars(config.sidecars, log_level)
-    return await _serve(config, path, http_port, grpc_port, log_level, workers, sidecars)
+    """`shardgate up`: the local sidecars, then the gateway (or its workers); `config` with
+    its ports moved by `port_offset`."""
+    sidecars = LocalSidecars(config.sidecars, log_level, log_format)
+    return await _serve(
+        config, path, http_port, grpc_port, log_level, workers, sidecars, port_offset, log_format
+    )

@@ -16,6 +16,16 @@ from shardgate.v1.params import Sampling as Sampling
 FINISH_REASON = {Finish.STOP: "stop", Finish.LENGTH: "length"}
 
 
+@dataclass(frozen=True, slots=True)
+class UnknownFields:
+    """The top-level fields of a request's body that its API declares none for (accepted and
+    ignored, or refused: gateway/policy/unknown_fields.py): the first few names, in the body's
+    order (bounded: the policy's), and how many there were."""
+
+    names: tuple[str, ...]
+    count: int
+
+
 class GenerationRequest(GenerationView):
     """A validated request, whichever API it came from: the engine's parameters (`generation`,
     sent to the sidecar as they are) and what only the gateway uses. Exactly one of
@@ -35,6 +45,7 @@ class GenerationRequest(GenerationView):
         "return_token_ids",
         "session_id",
         "stream",
+        "unknown_fields",
     )
 
     def __init__(
@@ -78,6 +89,8 @@ class GenerationRequest(GenerationView):
         # Its stream kept for resume (true) or not (false): the request's word; None: it said
         # nothing (its tenant's or route's then: gateway/streams/ask.py).
         self.resumable: bool | None = None
+        # Its body's fields that its API declares none for (None: none).
+        self.unknown_fields: UnknownFields | None = None
 
     def _key(self) -> tuple[object, ...]:
         return (
@@ -94,6 +107,7 @@ class GenerationRequest(GenerationView):
             self.hide_reasoning,
             self.echo_prompt,
             self.resumable,
+            self.unknown_fields,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -130,6 +144,7 @@ class GenerationRequest(GenerationView):
         out.return_token_ids, out.continuous_usage = self.return_token_ids, self.continuous_usage
         out.hide_reasoning, out.echo_prompt = self.hide_reasoning, self.echo_prompt
         out.resumable = self.resumable
+        out.unknown_fields = self.unknown_fields  # (choice 0's job names them: its headers)
         return out
 
     @property

@@ -104,9 +104,14 @@ class Workers:
         http_port: int | None,
         grpc_port: int | None,
         log_level: str,
+        port_offset: int = 0,
+        log_format: str = "json",
     ) -> None:
         self.n = n
         self._args = ["--config", config_path, "--log-level", log_level, "--worker-of", str(n)]
+        self._args += ["--log-format", log_format]
+        if port_offset:
+            self._args += ["--port-offset", str(port_offset)]
         if http_port is not None:
             self._args += ["--http-port", str(http_port)]
         if grpc_port is not None:

@@ -12,7 +12,14 @@ from gateway.api.http_server import EdgeProtocol
 from gateway.observability.labels import ProtocolError
 from gateway.types import PayloadTooLarge
 
-__all__ = ["read_body"]
+__all__ = ["read_body", "too_large"]
+
+
+def too_large(size: int | None, max_bytes: int) -> PayloadTooLarge:
+    """The 413 of a body of `size` bytes (None: not known whole) past `max_bytes`, naming the
+    setting that moves the limit."""
+    said = f"is {size} bytes; the limit is" if size is not None else "is over the limit of"
+    return PayloadTooLarge(f"Request body {said} {max_bytes} bytes (gateway.max_body_bytes).")
 
 
 async def read_body(request: web.Request, max_bytes: int, gap_s: float) -> bytes:
@@ -21,7 +28,7 @@ async def read_body(request: web.Request, max_bytes: int, gap_s: float) -> bytes
     the last two the connection closes once the error is answered."""
     length = request.content_length
     if length is not None and length > max_bytes:
-        raise PayloadTooLarge(f"Request body is {length} bytes; the limit is {max_bytes}.")
+        raise too_large(length, max_bytes)
     stream = request.content
     chunks: list[bytes] = []
     size = 0
@@ -38,7 +45,7 @@ async def read_body(request: web.Request, max_bytes: int, gap_s: float) -> bytes
             chunks.append(chunk)
             size += len(chunk)
             if size > max_bytes:
-                raise PayloadTooLarge(f"Request body is over the limit of {max_bytes} bytes.")
+                raise too_large(None, max_bytes)
     except TimeoutError:
         _cut(request, ProtocolError.BODY_TIMEOUT, f"{size} bytes read")
         raise body_timeout(gap_s) from None

@@ -26,18 +26,22 @@ class Edge:
         self.header_timeout_s = header_timeout_s
         self.count = count
 
-    def report(self, kind: ProtocolError, peer: str | None, detail: str) -> None:
+    def report(self, kind: ProtocolError, peer: str | None, detail: str, rid: str = "") -> None:
+        """`rid`: the id its answer names (x-request-id), if it got one."""
         self.count(kind)
-        log.info("http protocol error", extra={"kind": kind.value, "peer": peer, "detail": detail})
+        extra = {"kind": kind.value, "peer": peer, "detail": detail}
+        if rid:
+            extra["id"] = rid
+        log.info("http protocol error", extra=extra)
 
 
-def raw_response(err: GatewayError) -> bytes:
+def raw_response(err: GatewayError, rid: str) -> bytes:
     """A whole HTTP/1.1 response that closes the connection, for when no handler runs."""
     body = encode.error_body(err)
     phrase = HTTPStatus(err.status).phrase
     head = (
         f"HTTP/1.1 {err.status} {phrase}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\nx-request-id: {rid}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body
 

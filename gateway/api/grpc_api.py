@@ -21,7 +21,7 @@ from gateway.api.grpc_tools import message_of, tools_of_request
 from gateway.api.openai.protocol import MAX_N, sampling_of
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
-from gateway.policy.tenants import bearer_key
+from gateway.policy.tenants import GRPC_METADATA, bearer_key
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
@@ -38,6 +38,7 @@ from gateway.types import (
 )
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Gateway"].full_name
+LIST_MODELS: Final = f"{SERVICE_NAME}/ListModels"  # (as `gateway.public_routes` names it)
 
 _CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
@@ -162,6 +163,12 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListModelsResponse:
+        if LIST_MODELS not in self.settings.public_routes:
+            key = bearer_key(dict(context.invocation_metadata() or ()).get("authorization"))
+            try:
+                self._service.tenants.resolve(key, GRPC_METADATA)
+            except GatewayError as e:
+                await context.abort(status_of(e), e.message, trailing(e))
         out = pb.ListModelsResponse()
         for name, (max_len, replicas) in sorted(self._fleet.models().items()):
             out.models.add(id=name, max_model_len=max_len, replicas=replicas)
@@ -171,9 +178,10 @@ class GatewayServicer(pb_grpc.GatewayServicer):
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
         try:
-            req = to_request(request, self.settings.default_max_tokens)
             metadata = dict(context.invocation_metadata() or ())
             key = bearer_key(metadata.get("authorization"))
+            self._service.tenants.resolve(key, GRPC_METADATA)  # (its 401 names the metadata)
+            req = to_request(request, self.settings.default_max_tokens)
             req.resumable = parse_asked(metadata.get(RESUMABLE_HEADER))
             if req.n > 1:
                 fan = Fanout(self._service, req)
@@ -266,7 +274,8 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                     yield out
                 return
         try:
-            tenant = self._service.tenants.resolve(bearer_key(metadata.get("authorization")))
+            key = bearer_key(metadata.get("authorization"))
+            tenant = self._service.tenants.resolve(key, GRPC_METADATA)
         except GatewayError as e:
             await context.abort(status_of(e), e.message, trailing(e))
         async for kept in resume(

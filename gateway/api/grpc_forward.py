@@ -25,7 +25,7 @@ from shardgate.v1 import gateway_pb2 as pb
 
 from gateway.api.forward import WRITE_TIMEOUT_S, Forwarder
 from gateway.api.grpc_streams import resume
-from gateway.policy.tenants import Tenants, bearer_key
+from gateway.policy.tenants import GRPC_METADATA, Tenants, bearer_key
 from gateway.streams.hub import Streams
 from gateway.types import GatewayError, InvalidRequest
 
@@ -90,7 +90,8 @@ class ResumeOwner:
         after = request.query.get("after", "0")
         if not after.isascii() or not after.isdigit() or len(after) > 18:
             raise InvalidRequest("after must be a non-negative integer", "after")
-        tenant = self.tenants().resolve(bearer_key(request.headers.get("Authorization")))
+        key = bearer_key(request.headers.get("Authorization"))
+        tenant = self.tenants().resolve(key, GRPC_METADATA)  # (a gRPC caller's)
         req = pb.ResumeRequest(stream_id=request.match_info["stream_id"], after_seq=int(after))
         resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
         await resp.prepare(request)

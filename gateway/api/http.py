@@ -16,11 +16,13 @@ from gateway.api.admin_loras import LoraAdmin
 from gateway.api.aio_exchange import AioExchange, response_of
 from gateway.api.anthropic.count_tokens import CountTokens
 from gateway.api.anthropic.serving import AnthropicServing
+from gateway.api.body import too_large
 from gateway.api.error_shapes import ErrorShape, error_shape
 from gateway.api.forward import WORKER_HEADER, Forwarder
 from gateway.api.grpc_forward import PATH as GRPC_RESUME_PATH
 from gateway.api.http_errors import ClosingError
-from gateway.api.openai import encode, protocol
+from gateway.api.keys import key_check
+from gateway.api.openai import models_body, protocol
 from gateway.api.openai.resume import Resume
 from gateway.api.openai.serving import OpenAIServing
 from gateway.api.openai.tokenize import Tokenizing
@@ -33,7 +35,7 @@ from gateway.runtime.fleet import Fleet
 from gateway.runtime.service import Service
 from gateway.streams.hub import Streams
 from gateway.streams.owner import RESPONSE, STREAM
-from gateway.types import Forbidden, GatewayError, ModelNotFound, PayloadTooLarge, Unauthorized
+from gateway.types import Forbidden, GatewayError, ModelNotFound, Unauthorized
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -84,9 +86,8 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
         resp = await handler(request)
     except GatewayError as e:
         return error_response(e, rid, shape)
-    except web.HTTPRequestEntityTooLarge as e:
-        too_large = PayloadTooLarge(f"Request body is too large: {e.text}")
-        return error_response(too_large, rid, shape)
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(too_large(None, request.client_max_size), rid, shape)
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -97,9 +98,15 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
     except Exception:
         log.exception("request %s failed", rid)
         return error_response(GatewayError("Internal error."), rid, shape)
-    if not resp.prepared:
-        resp.headers["x-request-id"] = rid
     return resp
+
+
+async def request_id_header(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer names its request's id as its head leaves, a stream's as a reply's (the
+    middleware's errors and a sibling's relayed answer name it already)."""
+    rid = request.get(REQUEST_ID)
+    if rid is not None and "x-request-id" not in response.headers:
+        response.headers["x-request-id"] = rid
 
 
 class HttpApi:
@@ -131,9 +138,11 @@ class HttpApi:
         self.forwarder: Forwarder | None = None
 
     def app(self) -> web.Application:
+        keys = key_check(lambda: self._service.tenants, lambda: self.settings)
         app = web.Application(
-            middlewares=[openai_errors], client_max_size=self.settings.max_body_bytes
+            middlewares=[openai_errors, keys], client_max_size=self.settings.max_body_bytes
         )
+        app.on_response_prepare.append(request_id_header)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         if self.resume is not None:
@@ -189,6 +198,7 @@ class HttpApi:
         (`grpc_resume`), each checked and answered here as a client's would be; and its own
         readiness, which the parent waits for from every worker before it says it is up."""
         app = web.Application(middlewares=[openai_errors])
+        app.on_response_prepare.append(request_id_header)
         if self.resume is not None:
             app.router.add_get("/v1/streams/{stream_id}", self.resume.handle)
         app.router.add_get("/v1/responses/{response_id}", self.responses.retrieve)
@@ -200,9 +210,7 @@ class HttpApi:
     def _check_length(self, request: web.Request) -> None:
         length = request.content_length
         if length is not None and length > self.settings.max_body_bytes:
-            raise PayloadTooLarge(
-                f"Request body is {length} bytes; the limit is {self.settings.max_body_bytes}."
-            )
+            raise too_large(length, self.settings.max_body_bytes)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self._check_length(request)
@@ -226,10 +234,10 @@ class HttpApi:
         self._check_length(request)
         return await self.responses.create(request, request[REQUEST_ID])
 
-    def _listed(self) -> dict[str, encode.ModelEntry]:
+    def _listed(self) -> dict[str, models_body.ModelEntry]:
         """Every model, then every LoRA adapter (with its parent), by name."""
         models = self._fleet.models()
-        out: dict[str, encode.ModelEntry] = {
+        out: dict[str, models_body.ModelEntry] = {
             name: (name, max_len, None) for name, (max_len, _) in sorted(models.items())
         }
         for name, parent in sorted(self._fleet.adapters.items()):
@@ -240,7 +248,7 @@ class HttpApi:
     async def models(self, request: web.Request) -> web.Response:
         listed = list(self._listed().values())
         return web.Response(
-            body=encode.encode_models(listed, self._started), content_type="application/json"
+            body=models_body.encode_models(listed, self._started), content_type="application/json"
         )
 
     async def model(self, request: web.Request) -> web.Response:
@@ -249,7 +257,7 @@ class HttpApi:
         if found is None:
             raise ModelNotFound(f"The model `{name}` does not exist.", "model")
         return web.Response(
-            body=encode.encode_model(found, self._started), content_type="application/json"
+            body=models_body.encode_model(found, self._started), content_type="application/json"
         )
 
     async def healthz(self, request: web.Request) -> web.Response:

@@ -28,6 +28,7 @@ __all__ = [
     "HeadersTooLarge",
     "body_timeout",
     "detail",
+    "head_timeout",
     "refusal",
 ]
 
@@ -60,7 +61,15 @@ class BodyTimeout(ClosingError):
 
 
 def body_timeout(gap_s: float) -> BodyTimeout:
-    return BodyTimeout(f"The request body stopped arriving for {gap_s:g} s.")
+    return BodyTimeout(
+        f"The request body stopped arriving for {gap_s:g} s (gateway.client_body_timeout_s)."
+    )
+
+
+def head_timeout(timeout_s: float) -> HeaderTimeout:
+    return HeaderTimeout(
+        f"The request head did not arrive within {timeout_s:g} s (gateway.client_header_timeout_s)."
+    )
 
 
 class BrokenBody(BadProtocol):
@@ -82,11 +91,12 @@ def refusal(exc: HttpProcessingError) -> tuple[ProtocolError, GatewayError]:
     if isinstance(exc, LineTooLong):
         limit = exc.args[1] if len(exc.args) > 1 else "the limit of"
         return ProtocolError.HEADERS_TOO_LARGE, HeadersTooLarge(
-            f"A request line or header field is longer than {limit} bytes."
+            f"A request line or header field is longer than {limit} bytes"
+            " (gateway.max_request_line_bytes, gateway.max_header_field_bytes)."
         )
     if isinstance(exc, BadHttpMessage) and exc.message.startswith(_TOO_MANY_HEADERS):
         return ProtocolError.HEADERS_TOO_LARGE, HeadersTooLarge(
-            "The request has too many header fields."
+            "The request has too many header fields (gateway.max_headers)."
         )
     if isinstance(exc, BadStatusLine | InvalidURLError):
         return ProtocolError.BAD_REQUEST_LINE, BadProtocol(

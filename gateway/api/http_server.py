@@ -29,10 +29,12 @@ from aiohttp.web_request import BaseRequest
 
 from gateway.api.edge import Edge, peer, raw_response
 from gateway.api.error_shapes import error_shape
-from gateway.api.http_errors import HeaderTimeout, detail, refusal
+from gateway.api.http_errors import detail, head_timeout, refusal
 from gateway.api.lean.front import LeanFront
 from gateway.api.lean.protocol import LeanProtocol
 from gateway.api.openai import encode
+from gateway.api.replies import request_id
+from gateway.ids import new_request_id
 from gateway.observability.labels import ProtocolError
 from gateway.types import GatewayError
 
@@ -119,11 +121,9 @@ class EdgeProtocol(RequestHandler):
         transport = self.transport
         if transport is None or self._force_close or self._request_count != self._heads:
             return
-        self._edge.report(ProtocolError.HEADER_TIMEOUT, peer(transport), "request head")
-        err = HeaderTimeout(
-            f"The request head did not arrive within {self._edge.header_timeout_s:g} s."
-        )
-        transport.write(raw_response(err))
+        rid = new_request_id()
+        self._edge.report(ProtocolError.HEADER_TIMEOUT, peer(transport), "request head", rid)
+        transport.write(raw_response(head_timeout(self._edge.header_timeout_s), rid))
         self.force_close()  # the transport sends what it holds, then closes
 
     # -- protocol errors ---------------------------------------------------------------------
@@ -143,9 +143,13 @@ class EdgeProtocol(RequestHandler):
         if not isinstance(exc, HttpProcessingError):
             return super().handle_error(request, status, exc, message)
         kind, err = refusal(exc)
-        self._edge.report(kind, peer(self.transport), detail(exc))
+        rid = request_id(request.headers.get("x-request-id"))
+        self._edge.report(kind, peer(self.transport), detail(exc), rid)
         resp = web.Response(
-            status=err.status, body=encode.error_body(err), content_type="application/json"
+            status=err.status,
+            body=encode.error_body(err),
+            content_type="application/json",
+            headers={"x-request-id": rid},
         )
         resp.force_close()
         return resp
@@ -160,7 +164,13 @@ class EdgeProtocol(RequestHandler):
             err.status = resp.status
             err.type = "invalid_request_error"
             status, body = error_shape(request.path)(err)
-            json_resp = web.Response(status=status, body=body, content_type="application/json")
+            rid = request_id(request.headers.get("x-request-id"))
+            json_resp = web.Response(
+                status=status,
+                body=body,
+                content_type="application/json",
+                headers={"x-request-id": rid},
+            )
             if not resp.keep_alive:
                 json_resp.force_close()
             resp = json_resp

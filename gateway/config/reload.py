@@ -2,7 +2,12 @@
 
 A file that fails anywhere changes nothing: the config in force keeps serving, and the error
 (naming the field and line) is kept for /admin/config, logged, and counted in a metric.
-Triggers: the file changing on disk (polled), SIGHUP, and POST /admin/reload.
+Triggers: the file changing on disk (polled), SIGHUP, and POST /admin/reload; each logs one
+line, also when the file is unchanged. A good reload clears the error of a refused one.
+
+The config's hash is that of the file's text (`text_hash`), in /admin/config and in the metric
+`shardgate_config_info{hash}` alike; a config given without a file (built in code, or parsed
+from a string) hashes its JSON encoding, the text `--config-json` would carry (`config_hash`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from gateway import tasks
 from gateway.config.loader import ConfigError, parse
+from gateway.config.offset import moved
 from gateway.config.schema import Config
 
 log = logging.getLogger(__name__)
@@ -59,12 +67,20 @@ def restart_only_change(old: Config, new: Config, edge: Sequence[str] = ()) -> s
 
 
 def text_hash(text: str) -> str:
+    """The hash of a config file's text: the one /admin/config and the metric show."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def config_hash(config: Config) -> str:
+    """The hash of a config given without a file: that of its JSON text."""
+    return text_hash(msgspec.json.encode(config).decode())
 
 
 class Reloader:
     """Owns the config file. `apply(new)` builds the new components and swaps them in; it must
-    raise (ValueError, ConfigError) before changing anything when the config cannot apply."""
+    raise (ValueError, ConfigError) before changing anything when the config cannot apply.
+    `port_offset`: what the file's ports are moved by (gateway/config/offset.py), as they were
+    at start."""
 
     def __init__(
         self,
@@ -73,8 +89,10 @@ class Reloader:
         apply: Callable[[Config, int, str], None],
         on_failure: Callable[[], None] | None = None,
         validate: Callable[[Config], None] | None = None,
+        port_offset: int = 0,
     ) -> None:
         self.path = Path(path)
+        self.port_offset = port_offset
         self._apply = apply
         self._on_failure = on_failure
         self._validate = validate
@@ -108,9 +126,11 @@ class Reloader:
             return self._failed(trigger, f"{self.path}: {e.strerror}")
         digest = text_hash(text)
         if digest == self.status.hash:
+            self._clear_error()
+            log.info("config unchanged (hash %s): %s", digest, trigger)
             return True
         try:
-            config = parse(text, str(self.path))
+            config = moved(parse(text, str(self.path)), self.port_offset)
             if self._validate is not None:
                 self._validate(config)
             self._apply(config, self.status.version + 1, digest)
@@ -119,8 +139,14 @@ class Reloader:
         self.status.version += 1
         self.status.hash = digest
         self.status.loaded_at = time.time()
-        log.info("config reloaded (%s): version %d", trigger, self.status.version)
+        self._clear_error()
+        log.info("config reloaded (%s): version %d, hash %s", trigger, self.status.version, digest)
         return True
+
+    def _clear_error(self) -> None:
+        """The file in force is the file on disk: an earlier refusal is history."""
+        self.status.last_error = None
+        self.status.last_error_at = None
 
     def _failed(self, trigger: str, error: str) -> bool:
         self.status.last_error = error

@@ -9,7 +9,13 @@ import msgspec
 from gateway.config.discovery import DiscoverySettings
 from gateway.config.pricing import Pricing
 from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
-from gateway.config.tenants import RateLimits, SchedulingConfig, TenantConfig, check_tenancy
+from gateway.config.tenants import (
+    RateLimits,
+    SchedulingConfig,
+    TenantConfig,
+    UnknownFieldsMode,
+    check_tenancy,
+)
 from gateway.shared_limits.target import parse_target
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
@@ -18,6 +24,9 @@ PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 # The routes whose streams a config may keep for resume (gateway/streams/ask.py).
 ResumableRoute = Literal["/v1/chat/completions", "/v1/completions", "shardgate.v1.Gateway/Generate"]
+# The routes a config may open to callers without a key (gateway/api/keys.py): the listings of
+# models, which serve no tenant. (A route that does is opened with an `anonymous:` tenant.)
+PublicRoute = Literal["/v1/models", "/v1/models/{model}", "shardgate.v1.Gateway/ListModels"]
 
 
 class Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -127,6 +136,12 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # Idle keep-alive HTTP connections are closed after this long.
     keepalive_timeout_s: Seconds = 75.0
     default_max_tokens: Annotated[int, msgspec.Meta(gt=0)] = 256
+    # A request body's fields that its API (chat completions, completions, responses,
+    # messages) declares none for: "warn" accepts and ignores them, as `vllm serve` does,
+    # naming them in a log line and the response's `x-shardgate-ignored-fields` header;
+    # "reject" answers 400 naming them, as OpenAI and Anthropic do. A tenant's
+    # `unknown_fields` overrides it. Reloads.
+    unknown_fields: UnknownFieldsMode = "warn"
     # Whole-request deadline and the wait for a request's first engine output.
     request_timeout_s: Seconds = 600.0
     first_token_timeout_s: Seconds = 60.0
@@ -149,7 +164,8 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     watch_config: bool = True
     # One JSON log line per finished request.
     request_log: bool = True
-    # Logs as JSON lines (false: plain text).
+    # Logs as JSON lines (false: plain text); `--log-format` of `shardgate up` and `shardgate
+    # gateway` overrides it, and `up` passes the format on to the sidecars it starts.
     json_logs: bool = True
     link: LinkSettings = LinkSettings()
     responses: ResponsesSettings = ResponsesSettings()
@@ -162,6 +178,13 @@ class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # `stream_options.resumable`), a tenant in its `resumable_streams`. Empty (default): a
     # stream nobody asked to keep is byte for byte what `vllm serve` sends.
     resumable_streams: frozenset[ResumableRoute] = frozenset()
+    # With tenants configured, every /v1 route (as with `vllm serve --api-key`) and every call
+    # of the gRPC service shardgate.v1.Gateway needs a tenant's key (or an `anonymous:`
+    # tenant); /v1/load_lora_adapter and /v1/unload_lora_adapter need the admin key instead;
+    # /health, /healthz, /readyz, /metrics and gRPC health and reflection need none. Nor do
+    # the routes listed here, of "/v1/models", "/v1/models/{model}" and
+    # "shardgate.v1.Gateway/ListModels" (no others). Empty (default): none. Reloads.
+    public_routes: frozenset[PublicRoute] = frozenset()
     streams: StreamSettings = StreamSettings()
     gc: CollectorSettings = CollectorSettings()
     # glibc's mmap threshold, fixed at start (gateway/allocator.py): blocks this large or larger

@@ -8,7 +8,7 @@ and only the scheduler's safety bounds (queue depth and wait).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -24,6 +24,8 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Weight = Annotated[float, msgspec.Meta(gt=0)]
 ApiKey = Annotated[str, msgspec.Meta(min_length=1)]
 Name = Annotated[str, msgspec.Meta(min_length=1)]
+# What a request body's fields that its API declares none for get (policy/unknown_fields.py).
+UnknownFieldsMode = Literal["warn", "reject"]
 
 
 class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -68,6 +70,8 @@ class TenantConfig(RateLimits, frozen=True, forbid_unknown_fields=True, kw_only=
     # Its streams kept for resume (true) or not (false) unless a request says otherwise;
     # left out: as `gateway.resumable_streams` lists their routes.
     resumable_streams: bool | None = None
+    # Its requests' unknown body fields: "warn" or "reject"; left out: `gateway.unknown_fields`.
+    unknown_fields: UnknownFieldsMode | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

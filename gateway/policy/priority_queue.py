@@ -95,6 +95,16 @@ class Overflow:
 ACCEPTED: Final[Accepted[Any]] = Accepted()
 
 
+def _refusals(retry_after_s: float) -> tuple[Overflow, Overflow]:
+    """What an evicted waiter and one that waited too long are told (the settings named)."""
+    evicted = "evicted by higher-priority work: the queue is full (scheduling.max_queued)"
+    late = "waited too long in the queue (scheduling.default.max_wait_s, or its class's)"
+    return (
+        Overflow(SATURATED_STATUS, evicted, retry_after_s),
+        Overflow(SATURATED_STATUS, late, retry_after_s),
+    )
+
+
 class _Shares:
     """Who holds how much of a line: counts and weights of the tenants in it."""
 
@@ -163,9 +173,7 @@ class PriorityQueue(Generic[P]):
         self._order: list[tuple[int, float, float, int, int, Waiter[P]]] = []
         self._shed: list[tuple[int, float, int, int, Waiter[P]]] = []
         self._deadlines: list[tuple[float, int, int, Waiter[P]]] = []
-        retry = self._config.retry_after_s
-        self.evicted = Overflow(SATURATED_STATUS, "evicted by higher-priority work", retry)
-        self.timed_out = Overflow(SATURATED_STATUS, "waited too long in the queue", retry)
+        self.evicted, self.timed_out = _refusals(self._config.retry_after_s)
 
     def __len__(self) -> int:
         return self._live
@@ -175,9 +183,7 @@ class PriorityQueue(Generic[P]):
         self._config = config
         for priority, c in self._classes.items():
             c.bounds = config.bounds(priority)
-        retry = config.retry_after_s
-        self.evicted = Overflow(SATURATED_STATUS, "evicted by higher-priority work", retry)
-        self.timed_out = Overflow(SATURATED_STATUS, "waited too long in the queue", retry)
+        self.evicted, self.timed_out = _refusals(config.retry_after_s)
 
     def depth(self, priority: int) -> int:
         c = self._classes.get(priority)
@@ -197,12 +203,15 @@ class PriorityQueue(Generic[P]):
             raise ValueError("waiter was queued before: requeue() it")
         c = self._class(w.priority)
         if c.depth >= c.bounds.max_depth:
-            return self._overflow(w, c.shares, c.depth, "priority class queue is full")
+            where = f"classes.{w.priority}" if w.priority in self._config.classes else "default"
+            why = f"priority class queue is full (scheduling.{where}.max_depth)"
+            return self._overflow(w, c.shares, c.depth, why)
         evicted = None
         if self._live >= self._config.max_queued:
             evicted = self.evict(w.priority)
             if evicted is None:
-                return self._overflow(w, self._shares, self._live, "queue is full")
+                why = "queue is full (scheduling.max_queued)"
+                return self._overflow(w, self._shares, self._live, why)
         start = c.tags.get(w.tenant, 0.0)
         if start < c.vtime:
             start = c.vtime

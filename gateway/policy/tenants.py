@@ -13,11 +13,17 @@ from gateway.config.tenants import (
     ModelOverride,
     RateLimits,
     TenantConfig,
+    UnknownFieldsMode,
     check_tenancy,
 )
 from gateway.types import Unauthorized
 
 ANONYMOUS: Final = "anonymous"
+
+# Where each protocol's clients send their key, as a 401 without one names it.
+BEARER: Final = "'Authorization: Bearer <key>'"  # OpenAI's routes
+X_API_KEY: Final = "'x-api-key: <key>'"  # Anthropic's (/v1/messages; Bearer works too)
+GRPC_METADATA: Final = "the 'authorization' metadata ('Bearer <key>')"  # gRPC's
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,7 @@ class Tenant:
     defaults: Limits = UNLIMITED
     per_model: Mapping[str, Limits] = field(default_factory=dict)
     resumable: bool | None = None  # its streams kept for resume (None: as their route says)
+    unknown_fields: UnknownFieldsMode | None = None  # (None: as the gateway's setting says)
 
     def limits(self, model: str) -> Limits:
         return self.per_model.get(model, self.defaults)
@@ -82,7 +89,8 @@ class Tenant:
     @classmethod
     def from_config(cls, c: TenantConfig) -> Tenant:
         per_model = {m: _limits(c, m, o) for m, o in c.models.items()}
-        return cls(c.name, c.weight, _limits(c, None, None), per_model, c.resumable_streams)
+        defaults = _limits(c, None, None)
+        return cls(c.name, c.weight, defaults, per_model, c.resumable_streams, c.unknown_fields)
 
 
 def _limits(t: TenantConfig, model: str | None, o: ModelOverride | None) -> Limits:
@@ -148,14 +156,15 @@ class Tenants:
         t = self._by_name.get(name)
         return None if t is None else t.resumable
 
-    def resolve(self, api_key: str | None) -> Tenant:
-        """The tenant of `api_key` (None or "" = no key); raises `Unauthorized` (401)."""
+    def resolve(self, api_key: str | None, send: str = BEARER) -> Tenant:
+        """The tenant of `api_key` (None or "" = no key); raises `Unauthorized` (401), which
+        without a key says to `send` it (where the caller's protocol carries keys)."""
         if self.open:
             assert self._anonymous is not None
             return self._anonymous
         if not api_key:
             if self._anonymous is None:
-                raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+                raise Unauthorized(f"missing API key: send {send}")
             return self._anonymous
         tenant = self._by_digest.get(_digest(api_key))
         if tenant is None:

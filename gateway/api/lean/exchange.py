@@ -12,7 +12,7 @@ from gateway.api.http_errors import ClosingError
 from gateway.api.lean import wire
 from gateway.api.lean.head import KEPT, Head
 from gateway.api.openai.exchange import Reply
-from gateway.api.replies import error_parts
+from gateway.api.replies import error_parts, request_id
 from gateway.types import GatewayError
 
 if TYPE_CHECKING:
@@ -81,11 +81,12 @@ class LeanOutbound:
 
 
 class LeanExchange:
-    __slots__ = ("_body", "_conn", "_out", "extra", "head")
+    __slots__ = ("_body", "_conn", "_out", "extra", "head", "rid")
 
     def __init__(self, conn: LeanProtocol, head: Head, body: bytes) -> None:
         self._conn = conn
         self.head = head
+        self.rid = request_id(head.headers.get("x-request-id"))  # (named by every answer)
         self._body = body
         self._out: LeanOutbound | None = None
         self.extra: dict[str, str] = {}  # headers of every answer (the worker's, under --workers)
@@ -108,27 +109,28 @@ class LeanExchange:
         return body
 
     def sse(self, headers: dict[str, str]) -> LeanOutbound:
+        headers["x-request-id"] = self.rid
         if self.extra:
             headers.update(self.extra)
         self._out = LeanOutbound(self._conn, headers)
         return self._out
 
     # -- answers -------------------------------------------------------------------------------
-    def reply(self, answer: Reply, rid: str) -> None:
+    def reply(self, answer: Reply) -> None:
         headers = answer.headers
-        headers["x-request-id"] = rid
+        headers["x-request-id"] = self.rid
         if self.extra:
             headers.update(self.extra)
         close = self._conn.close_after
         self._send(wire.reply(200, headers, answer.body, close, wire.http_date(time.time())))
 
-    def error(self, err: GatewayError, rid: str) -> None:
+    def error(self, err: GatewayError) -> None:
         """The error response; or, when a streamed answer already went out in part, the
         connection closed (one started but not yet written still gets the error response)."""
         if self._out is not None and self._out.sent:
             self.abandon()
             return
-        status, headers, body = error_parts(err, rid, error_shape(self.head.path))
+        status, headers, body = error_parts(err, self.rid, error_shape(self.head.path))
         if self.extra:
             headers.update(self.extra)
         if isinstance(err, ClosingError):

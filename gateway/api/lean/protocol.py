@@ -26,11 +26,12 @@ from aiohttp.tcp_helpers import tcp_keepalive
 
 from gateway.api.edge import peer, raw_response
 from gateway.api.error_shapes import error_shape
-from gateway.api.http_errors import BodyTimeout, HeaderTimeout, body_timeout
+from gateway.api.http_errors import BodyTimeout, body_timeout, head_timeout
 from gateway.api.lean import wire
 from gateway.api.lean.exchange import LeanExchange
 from gateway.api.lean.head import Head, HeadReader
 from gateway.api.replies import error_parts, request_id
+from gateway.ids import new_request_id
 from gateway.observability.labels import ProtocolError
 
 if TYPE_CHECKING:
@@ -223,9 +224,9 @@ class LeanProtocol(asyncio.Protocol):
         if t is None or self._gone or self.task is not None or self._head is not None:
             return
         edge = self._front.edge
-        edge.report(ProtocolError.HEADER_TIMEOUT, peer(t), "request head")
-        err = HeaderTimeout(f"The request head did not arrive within {edge.header_timeout_s:g} s.")
-        t.write(raw_response(err))
+        rid = new_request_id()
+        edge.report(ProtocolError.HEADER_TIMEOUT, peer(t), "request head", rid)
+        t.write(raw_response(head_timeout(edge.header_timeout_s), rid))
         t.close()
 
     def _arm_body_timer(self, gap_s: float) -> None:
@@ -240,11 +241,10 @@ class LeanProtocol(asyncio.Protocol):
             self._arm_body_timer(gap_s)
             return
         have = len(self._buf) - self._head_end
-        self._front.edge.report(ProtocolError.BODY_TIMEOUT, peer(t), f"{have} bytes read")
+        rid = request_id(head.headers.get("x-request-id"))
+        self._front.edge.report(ProtocolError.BODY_TIMEOUT, peer(t), f"{have} bytes read", rid)
         err: BodyTimeout = body_timeout(gap_s)
-        status, headers, body = error_parts(
-            err, request_id(head.headers.get("x-request-id")), error_shape(head.path)
-        )
+        status, headers, body = error_parts(err, rid, error_shape(head.path))
         t.write(wire.reply(status, headers, body, True, wire.http_date(time.time())))
         t.close()
 

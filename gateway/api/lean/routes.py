@@ -14,7 +14,6 @@ from gateway.api.lean.head import HeadLimits
 from gateway.api.openai import protocol
 from gateway.api.openai.exchange import Reply
 from gateway.api.openai.serving import OpenAIServing
-from gateway.api.replies import request_id
 from gateway.config.schema import GatewaySettings
 from gateway.types import GatewayError
 
@@ -35,22 +34,22 @@ class LeanRoutes:
         head = ex.head
         if self._extra:
             ex.extra = self._extra
-        rid = request_id(head.headers.get("x-request-id"))
+        rid = ex.rid
         decode = protocol.decode_chat if head.kind == "chat" else protocol.decode_completion
         try:
             answer = await self._serving.generate(ex, rid, decode, head.kind)
         except GatewayError as e:
-            ex.error(e, rid)
+            ex.error(e)
             return
         except ConnectionResetError:
             ex.abandon()  # the client left while its answer was written
             return
         except Exception:
             log.exception("request %s failed", rid)
-            ex.error(GatewayError("Internal error."), rid)
+            ex.error(GatewayError("Internal error."))
             return
         if isinstance(answer, Reply):
-            ex.reply(answer, rid)
+            ex.reply(answer)
         elif not ex.ended():
             ex.abandon()  # (a stream that went on without its client)
 

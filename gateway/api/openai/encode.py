@@ -24,8 +24,6 @@ __all__ = [
     "Last",
     "encode_chat_completion",
     "encode_completion",
-    "encode_model",
-    "encode_models",
     "error_body",
 ]
 
@@ -34,8 +32,6 @@ DONE: Final = b"data: [DONE]\n\n"
 ChunkKind = Literal["chat", "completion"]
 # A request's logprobs in its API's shape (gateway/api/openai/logprobs.py).
 LogprobFormat = Callable[[list[Logprobs]], dict[str, Any]]
-
-OWNED_BY: Final = "shardgate"
 
 _encoder: Final = msgspec.json.Encoder()
 _encode: Final = _encoder.encode
@@ -364,31 +360,6 @@ def encode_completion(
             "usage": _usage(usage),
         }
     )
-
-
-def _model(model_id: str, max_model_len: int, parent: str | None, created: int) -> dict[str, Any]:
-    return {
-        "id": model_id,
-        "object": "model",
-        "created": created,
-        "owned_by": OWNED_BY,
-        "parent": parent,  # a LoRA adapter's base model (vLLM's field); null for a model
-        "max_model_len": max_model_len,
-    }
-
-
-# (model id, max_model_len, parent): one entry of GET /v1/models.
-ModelEntry = tuple[str, int, str | None]
-
-
-def encode_models(models: list[ModelEntry], created: int) -> bytes:
-    """The body of GET /v1/models."""
-    return _encode({"object": "list", "data": [_model(*m, created) for m in models]})
-
-
-def encode_model(model: ModelEntry, created: int) -> bytes:
-    """The body of GET /v1/models/{model}."""
-    return _encode(_model(*model, created))
 
 
 def error_body(err: GatewayError) -> bytes:

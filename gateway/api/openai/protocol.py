@@ -1,15 +1,15 @@
 """Decoding and validation of OpenAI request bodies into `GenerationRequest`.
 
 The bodies are those of POST /v1/chat/completions and POST /v1/completions as the official
-`openai` SDK sends them. Unknown fields are ignored (like vLLM); known fields that ask for
-something the gateway does not serve yet (best_of > 1, a suffix, ...) are rejected
-with a 400 naming the field, never answered as if they had not been asked; sampling fields
-beyond the base ones (logprobs among them) are decoded and refused later, by name, when the
-model's engine does not honour them (runtime/service.py); a body nested too deeply for the
-decoder is a 400 too. Every error is an `InvalidRequest` whose `param` is the field as OpenAI
-names it, e.g. ``"messages[0].content"``.
+`openai` SDK sends them. Unknown fields are named (gateway/policy/unknown_fields.py: ignored
+with a warning, like vLLM, or refused); known fields that ask for something the gateway does
+not serve yet (best_of > 1, a suffix, ...) are rejected with a 400 naming the field, never
+answered as if they had not been asked; sampling fields beyond the base ones (logprobs among
+them) are decoded and refused later, by name, when the model's engine does not honour them
+(runtime/service.py); a body nested too deeply for the decoder is a 400 too. Every error is
+an `InvalidRequest` whose `param` is the field as OpenAI names it, e.g. ``"messages[0].content"``.
 
-This is the hot path of every request: each endpoint has one cached `msgspec.json.Decoder`.
+The hot path of every request: one cached decoder per endpoint (validation.BodyDecoder).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from gateway.api.openai.validation import (
     EXPECTED_CHAT,
     EXPECTED_COMPLETION,
     INT32_MAX,
-    decode_json,
+    BodyDecoder,
     not_served,
     validation_error,
 )
@@ -52,8 +52,8 @@ __all__ = [
     "decode_completion",
 ]
 
-_CHAT_DECODER: Final = msgspec.json.Decoder(ChatCompletionRequest)
-_COMPLETION_DECODER: Final = msgspec.json.Decoder(CompletionRequest)
+_CHAT_DECODER: Final = BodyDecoder(ChatCompletionRequest, EXPECTED_CHAT)
+_COMPLETION_DECODER: Final = BodyDecoder(CompletionRequest, EXPECTED_COMPLETION)
 
 
 # --- conversion ------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     (OpenAI's default is "the rest of the context", which the caller knows, not this layer).
     Raises `InvalidRequest` with the offending field in `param`.
     """
-    req = decode_json(_CHAT_DECODER, body, EXPECTED_CHAT)
+    req, unknown = _CHAT_DECODER.decode(body)
     _check_common(req)
     logprobs = _chat_logprobs(req.logprobs, req.top_logprobs)
     _check_logprob_ids(req, logprobs)
@@ -285,6 +285,7 @@ def decode_chat(body: bytes, request_id: str, default_max_tokens: int = 256) -> 
     out.generation.template = template
     if req.add_special_tokens:  # (vLLM's default for chat: false, the template adds them)
         out.generation.add_special_tokens = True
+    out.unknown_fields = unknown
     return out
 
 
@@ -296,7 +297,13 @@ def decode_completion(
     `default_max_tokens` applies when max_tokens is not given (OpenAI's default is 16).
     Raises `InvalidRequest` with the offending field in `param`.
     """
-    req = decode_json(_COMPLETION_DECODER, body, EXPECTED_COMPLETION)
+    req, unknown = _COMPLETION_DECODER.decode(body)
+    out = _completion(req, request_id, default_max_tokens)
+    out.unknown_fields = unknown
+    return out
+
+
+def _completion(req: CompletionRequest, rid: str, default_max_tokens: int) -> GenerationRequest:
     _check_common(req)
     _no_tools(req, "completions call no tools (chat completions do)")
     logprobs = req.logprobs
@@ -314,7 +321,7 @@ def decode_completion(
     if isinstance(prompt, str):
         out = _request(
             req,
-            request_id,
+            rid,
             default_max_tokens,
             prompt=prompt,
             logprobs=logprobs,
@@ -329,7 +336,7 @@ def decode_completion(
         ids = tuple(prompt)
         out = _request(
             req,
-            request_id,
+            rid,
             default_max_tokens,
             prompt_token_ids=ids,
             logprobs=logprobs,
@@ -341,7 +348,7 @@ def decode_completion(
         if prompt_logprobs is not None:
             why = _why_prompt_logprobs(req)
             raise not_served(why, "prompt logprobs are served for one prompt, not a batch")
-        return _batch(req, request_id, default_max_tokens, prompt, logprobs)
+        return _batch(req, rid, default_max_tokens, prompt, logprobs)
     raise InvalidRequest(
         "Invalid value for 'prompt': must be a string, or a non-empty array of token ids "
         "(integers of at least 0).",

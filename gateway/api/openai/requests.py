@@ -1,6 +1,7 @@
 """The bodies of POST /v1/chat/completions and POST /v1/completions as msgspec Structs, with
 the OpenAI API's (and vLLM's) bounds: what protocol.py decodes and converts. Explicit JSON nulls
-mean "not given"; unknown fields are ignored (like vLLM)."""
+mean "not given"; a field none of them declares is the gateway's `unknown_fields` (ignored
+with a warning, like vLLM, or refused: gateway/policy/unknown_fields.py)."""
 
 from __future__ import annotations
 
@@ -71,7 +72,11 @@ class CommonRequest(msgspec.Struct, kw_only=True):
     stream_options: StreamOptions | None = None
     n: int | None = None
     ignore_eos: bool | None = None  # vLLM extension
-    user: str | None = None  # accepted, ignored
+    # Accepted and without effect on the output.
+    user: str | None = None
+    metadata: Any = None
+    store: Any = None
+    service_tier: Any = None
     priority: _Int32 | None = None  # vLLM extension
     echo: bool | None = None
     best_of: int | None = None
@@ -104,8 +109,6 @@ class CommonRequest(msgspec.Struct, kw_only=True):
     truncate_prompt_tokens: _Truncate | None = None  # vLLM extension
     truncation_side: Literal["left", "right"] | None = None  # vLLM extension
     add_special_tokens: bool | None = None  # vLLM extension
-    # Accepted and without effect on the output: user, metadata, store, service_tier,
-    # and any field not declared here.
 
 
 class ChatCompletionRequest(CommonRequest, kw_only=True):

@@ -29,6 +29,7 @@ from gateway.api.openai.tokenize import Tokenizing
 from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.config.schema import GatewaySettings
 from gateway.policy.tenants import bearer_key
+from gateway.policy.unknown_fields import admit
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.streams.ask import CHAT, COMPLETIONS, RESUMABLE_HEADER, parse_asked
@@ -74,6 +75,8 @@ class OpenAIServing:
     ) -> Answered:
         """The answer to one request, whichever HTTP server carries it (exchange.py)."""
         s = self.settings
+        key = bearer_key(ex.header("authorization"))
+        self._service.tenants.resolve(key)  # (a 401 before the body is read, on either path)
         # (no name for the body: a stream's frame would hold it to its end)
         req = decode(
             await ex.body(s.max_body_bytes, s.client_body_timeout_s), rid, s.default_max_tokens
@@ -85,7 +88,8 @@ class OpenAIServing:
         resumable = parse_asked(ex.header(RESUMABLE_HEADER))
         if resumable is not None:
             req.resumable = resumable  # (the header over stream_options.resumable)
-        key = bearer_key(ex.header("authorization"))
+        if req.unknown_fields is not None:  # (refused, or named in a warning: before any work)
+            admit(req.unknown_fields, rid, self._service.tenants.resolve(key), s.unknown_fields)
         deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
         prompts = None  # each prompt's token ids, when the answer carries them
         if req.return_token_ids:

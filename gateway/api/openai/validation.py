@@ -4,16 +4,18 @@ fault (`param`) the way OpenAI does, e.g. ``"messages[0].content"``."""
 from __future__ import annotations
 
 import re
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar, cast
 
 import msgspec
 
-from gateway.types import InvalidRequest
+from gateway.policy.unknown_fields import unknown_of
+from gateway.types import InvalidRequest, UnknownFields
 
 INT32_MAX: Final = 2**31 - 1
 UINT64_MAX: Final = 2**64 - 1
 
 _T = TypeVar("_T")
+_S = TypeVar("_S", bound=msgspec.Struct)
 
 _MUST_BE_POSITIVE = f"must be an integer greater than 0 (at most {INT32_MAX})"
 
@@ -150,6 +152,41 @@ def decode_json(decoder: msgspec.json.Decoder[_T], body: bytes, expected: dict[s
         raise InvalidRequest(f"The request body is not valid JSON ({err}).", None) from None
     except RecursionError:
         raise InvalidRequest(_TOO_DEEP, None) from None
+
+
+_UNKNOWN_FIELD: Final = "Object contains unknown field `"
+_KEYS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])  # (the values left undecoded)
+
+
+class BodyDecoder(Generic[_S]):
+    """Decodes a body into `type_`, and names its top-level fields that `type_` declares none
+    for (ignored: gateway/policy/unknown_fields.py). A body without one is decoded once, by a
+    strict copy of `type_` (msgspec's forbid_unknown_fields, whose error names the first
+    only); one with some costs its keys' scan and the decode that ignores them besides."""
+
+    __slots__ = ("_expected", "_known", "_strict", "_tolerant")
+
+    def __init__(self, type_: type[_S], expected: dict[str, str]) -> None:
+        name, module = type_.__name__, type_.__module__
+        strict = msgspec.defstruct(
+            name, [], bases=(type_,), module=module, forbid_unknown_fields=True
+        )
+        self._strict = msgspec.json.Decoder(cast("type[_S]", strict))
+        self._tolerant = msgspec.json.Decoder(type_)
+        self._known = frozenset(type_.__struct_encode_fields__)
+        self._expected = expected
+
+    def decode(self, body: bytes) -> tuple[_S, UnknownFields | None]:
+        try:
+            return self._strict.decode(body), None
+        except msgspec.ValidationError as err:
+            # (only the top level forbids them: an unknown field's error has no path)
+            if not str(err).startswith(_UNKNOWN_FIELD):
+                raise validation_error(err, self._expected) from None
+        except (msgspec.DecodeError, RecursionError):
+            pass  # (the decode below says what)
+        req = decode_json(self._tolerant, body, self._expected)
+        return req, unknown_of(_KEYS.decode(body), self._known)
 
 
 def not_served(name: str, what: str) -> InvalidRequest:

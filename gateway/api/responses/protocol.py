@@ -8,7 +8,8 @@ message first. Sampling fields are checked as the chat API checks them (the same
 errors); `text.format` (json_schema, json_object) is the core's structured outputs. Known
 fields that ask for what is not served here (tools other than functions, images, logprobs,
 reasoning, prompt templates, conversations, truncation) are refused with a 400 naming the
-field; unknown fields are ignored, as vLLM does. Function `tools` and `tool_choice` are the
+field; unknown fields are named (gateway/policy/unknown_fields.py: ignored with a warning, as
+vLLM ignores them, or refused). Function `tools` and `tool_choice` are the
 core's tools (the engine's parser makes the calls); function_call and function_call_output
 input items are the conversation's calls and their results.
 """
@@ -21,9 +22,9 @@ import msgspec
 from shardgate.v1.params import Structured, Tools
 
 from gateway.api.openai.protocol import sampling_of
-from gateway.api.openai.validation import INT32_MAX, bad, decode_json, not_served
+from gateway.api.openai.validation import INT32_MAX, BodyDecoder, bad, not_served
 from gateway.api.responses.tools import function_call, function_output, tools_of
-from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
+from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling, UnknownFields
 
 __all__ = ["Decoded", "ResponsesRequest", "decode_responses", "generation_request"]
 
@@ -124,14 +125,19 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     conversation: Any = None
     truncation: str | None = None
     structured_outputs: Any = None
-    # Accepted, without effect on the output: user, service_tier, max_tool_calls,
-    # safety_identifier, prompt_cache_key, stream_options, and any field not declared here.
+    # Accepted, without effect on the output.
+    user: Any = None
+    service_tier: Any = None
+    max_tool_calls: Any = None
+    safety_identifier: Any = None
+    prompt_cache_key: Any = None
+    stream_options: Any = None
 
 
 class Decoded:
     """A validated request: what the engine gets, and what the Response object echoes."""
 
-    __slots__ = ("body", "messages", "sampling", "text", "tools")
+    __slots__ = ("body", "messages", "sampling", "text", "tools", "unknown")
 
     def __init__(
         self,
@@ -140,8 +146,10 @@ class Decoded:
         sampling: Sampling,
         text: dict[str, Any],
         tools: Tools | None = None,
+        unknown: UnknownFields | None = None,
     ) -> None:
         self.body = body
+        self.unknown = unknown  # its body's fields that the API declares none for
         self.tools = tools
         self.messages = messages  # this turn's input (without the instructions)
         self.sampling = sampling
@@ -159,8 +167,6 @@ class Decoded:
     def stream(self) -> bool:
         return bool(self.body.stream)
 
-
-_DECODER: Final = msgspec.json.Decoder(ResponsesRequest)
 
 _PART = 'must be a content part like {"type": "input_text", "text": "..."}'
 # What each field must be, keyed by its path with list indices elided ("input[].role").
@@ -197,6 +203,7 @@ EXPECTED: Final[dict[str, str]] = {
     "reasoning": "must be an object",
     "truncation": "must be 'auto' or 'disabled'",
 }
+_DECODER: Final = BodyDecoder(ResponsesRequest, EXPECTED)
 
 
 def _check_unserved(req: ResponsesRequest) -> None:
@@ -287,7 +294,7 @@ def _format(req: ResponsesRequest) -> tuple[Structured | None, dict[str, Any]]:
 
 def decode_responses(body: bytes, default_max_tokens: int) -> Decoded:
     """Decode and validate a POST /v1/responses body. Raises `InvalidRequest`."""
-    req = decode_json(_DECODER, body, EXPECTED)
+    req, unknown = _DECODER.decode(body)
     _check_unserved(req)
     messages = messages_of(req)
     fields = {k: getattr(req, k) for k in SAMPLING_FIELDS if getattr(req, k) is not None}
@@ -298,7 +305,7 @@ def decode_responses(body: bytes, default_max_tokens: int) -> Decoded:
     if structured is not None:
         sampling = msgspec.structs.replace(sampling, structured=structured)
     tools = tools_of(req.tools, req.tool_choice, req.parallel_tool_calls)
-    return Decoded(req, messages, sampling, text, tools)
+    return Decoded(req, messages, sampling, text, tools, unknown)
 
 
 def generation_request(
@@ -321,4 +328,5 @@ def generation_request(
     # An answer given whole is parsed whole, as chat's is (a tool parser's arguments as it
     # writes them whole); one that streams (background ones too) is parsed as it comes.
     out.generation.parse_whole = not (decoded.stream or decoded.background)
+    out.unknown_fields = decoded.unknown
     return out

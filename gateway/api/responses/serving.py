@@ -28,6 +28,7 @@ from gateway.api.responses.store import ResponseStore, Stored
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
 from gateway.policy.tenants import bearer_key
+from gateway.policy.unknown_fields import admit
 from gateway.runtime.job import Job
 from gateway.runtime.service import Service
 from gateway.streams.hub import Streams
@@ -95,6 +96,9 @@ class ResponsesServing:
         body = await read_body(request, s.max_body_bytes, s.client_body_timeout_s)
         decoded = decode_responses(body, s.default_max_tokens)
         tenant = self._tenant(request)
+        if decoded.unknown is not None:  # (refused, or named in a warning: before any work)
+            key = bearer_key(request.headers.get("Authorization"))
+            admit(decoded.unknown, rid, self._service.tenants.resolve(key), s.unknown_fields)
         prior = self._prior(decoded, tenant)
         req = generation_request(decoded, rid, prior)
         asked = request.headers.get("x-priority")
@@ -190,12 +194,18 @@ class ResponsesServing:
         log = self.streams.store.open(tenant, KIND)  # (its events: the stream store's bounds)
         if log is None:
             gen.close()
-            raise Unavailable("The stream store is full: try again later, or without background.")
+            raise Unavailable(
+                "The stream store is full (gateway.streams.max_streams, max_bytes):"
+                " try again later, or without background."
+            )
         stored = Stored(entry.state.id, tenant, entry, log, entry.size())
         if not self.store.add(stored):
             gen.close()
             log.finish()  # (empty: it goes at its retention, or first when room is needed)
-            raise Unavailable("The response store is full: try again later, or without background.")
+            raise Unavailable(
+                "The response store is full (gateway.responses.max_responses, max_bytes):"
+                " try again later, or without background."
+            )
         task = asyncio.create_task(self._run(gen, stored, log), name=f"response {stored.id}")
         entry.task = task
         self._tasks.add(task)

@@ -15,9 +15,10 @@ from aiohttp.http_exceptions import (
 )
 from aiohttp.web_protocol import RequestPayloadError
 
-from gateway.api.http_errors import ClosingError, detail, refusal
+from gateway.api.http_errors import ClosingError, body_timeout, detail, head_timeout, refusal
 from gateway.api.http_server import raw_response
 from gateway.observability.labels import ProtocolError
+from gateway.types import GatewayError
 
 
 @pytest.mark.parametrize(
@@ -49,6 +50,21 @@ def test_oversized_line_names_the_limit_not_the_line() -> None:
 
 
 @pytest.mark.parametrize(
+    ("err", "settings"),
+    [
+        (refusal(LineTooLong(b"x", 10))[1], ["max_request_line_bytes", "max_header_field_bytes"]),
+        (refusal(BadHttpMessage("Too many headers received"))[1], ["max_headers"]),
+        (head_timeout(10.0), ["client_header_timeout_s"]),
+        (body_timeout(10.0), ["client_body_timeout_s"]),
+    ],
+    ids=["long-line", "many-headers", "head-timeout", "body-timeout"],
+)
+def test_a_limits_refusal_names_its_setting(err: GatewayError, settings: list[str]) -> None:
+    for name in settings:
+        assert f"gateway.{name}" in err.message
+
+
+@pytest.mark.parametrize(
     ("message", "expected"),
     [
         ("Invalid method encountered:\n\n  b'FOO'\n  ^", "Invalid method encountered"),
@@ -62,11 +78,12 @@ def test_detail_is_one_short_line(message: str, expected: str) -> None:
 
 def test_raw_response_is_a_closing_http_response_with_a_json_body() -> None:
     _, err = refusal(LineTooLong(b"x", 10))
-    raw = raw_response(err)
+    raw = raw_response(err, "rid-1")
     head, _, body = raw.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     assert lines[0] == b"HTTP/1.1 431 Request Header Fields Too Large"
     assert b"Connection: close" in lines
+    assert b"x-request-id: rid-1" in lines
     assert f"Content-Length: {len(body)}".encode() in lines
     assert body.startswith(b'{"error":')
 

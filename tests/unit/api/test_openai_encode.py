@@ -20,10 +20,9 @@ from gateway.api.openai.encode import (
     Last,
     encode_chat_completion,
     encode_completion,
-    encode_model,
-    encode_models,
     error_body,
 )
+from gateway.api.openai.models_body import encode_model, encode_models
 from gateway.types import (
     GatewayError,
     InvalidRequest,

@@ -13,7 +13,7 @@ from shardgate.v1.params import Structured, Template, template_asked
 
 from gateway.api.openai.protocol import decode_chat, decode_completion
 from gateway.api.openai.template import response_role
-from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling
+from gateway.types import GenerationRequest, InvalidRequest, Message, Sampling, UnknownFields
 
 USER = {"role": "user", "content": "hi"}
 
@@ -301,11 +301,16 @@ IGNORED: dict[str, Any] = {
 
 def test_chat_ignores_unknown_and_unsupported_but_harmless_fields() -> None:
     req = decode_chat(chat(**IGNORED, logprobs=False), "rid")
+    assert req.unknown_fields == UnknownFields(("some_future_field",), 1)  # (only it: named)
+    req.unknown_fields = None
     assert req == decode_chat(chat(), "rid")
 
 
 def test_completion_ignores_unknown_and_unsupported_but_harmless_fields() -> None:
     req = decode_completion(completion(**IGNORED, logprobs=None), "rid")
+    # (parallel_tool_calls is chat's: vLLM's completions declare none either)
+    assert req.unknown_fields == UnknownFields(("parallel_tool_calls", "some_future_field"), 2)
+    req.unknown_fields = None
     assert req == decode_completion(completion(), "rid")
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
+from gateway import logs
 from gateway.observability import logging as obslog
 from gateway.observability.labels import Outcome
 
@@ -145,9 +146,10 @@ def root_json() -> Iterator[io.StringIO]:
     for h in before:
         root.removeHandler(h)
     obslog.setup("INFO", json=True)
-    assert isinstance(obslog._handler, logging.StreamHandler)
+    installed = logs.handler()
+    assert isinstance(installed, logging.StreamHandler)
     out = io.StringIO()
-    obslog._handler.setStream(out)
+    installed.setStream(out)
     try:
         yield out
     finally:
@@ -184,17 +186,18 @@ def test_request_line_skips_the_log_record_when_only_the_json_handler_hears_it(
         raise AssertionError("a LogRecord was made")
 
     root = logging.getLogger()
-    others = [h for h in root.handlers if h is not obslog._handler]  # (pytest's own)
+    others = [h for h in root.handlers if h is not logs.handler()]  # (pytest's own)
     with monkeypatch.context() as m:
-        m.setattr(root, "handlers", [obslog._handler])
+        m.setattr(root, "handlers", [logs.handler()])
         m.setattr(logging.Logger, "makeRecord", no_record)
         _one_request()
-    assert others == [h for h in root.handlers if h is not obslog._handler]
+    assert others == [h for h in root.handlers if h is not logs.handler()]
     direct = root_json.getvalue()
     root_json.seek(0)
     root_json.truncate()
-    assert obslog._handler is not None
-    obslog._handler.addFilter(lambda r: True)  # (a filter: logging's own path)
+    installed = logs.handler()
+    assert installed is not None
+    installed.addFilter(lambda r: True)  # (a filter: logging's own path)
     _one_request()
     through_logging = root_json.getvalue()
     a, b = orjson.loads(direct), orjson.loads(through_logging)
@@ -230,18 +233,19 @@ def test_timestamps_round_as_datetime_does() -> None:
 def test_request_line_that_cannot_be_written_is_said_as_logging_says_it(
     root_json: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert obslog._handler is not None
+    installed = logs.handler()
+    assert installed is not None
     errors: list[logging.LogRecord] = []
-    monkeypatch.setattr(obslog._handler, "handleError", errors.append)
+    monkeypatch.setattr(installed, "handleError", errors.append)
     root = logging.getLogger()
-    monkeypatch.setattr(root, "handlers", [obslog._handler])
+    monkeypatch.setattr(root, "handlers", [installed])
     _one_request(prompt_tokens=2**70)  # (no JSON for it: logging's own path, which reports it)
     assert len(errors) == 1 and root_json.getvalue() == ""
 
     def failing_flush() -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(obslog._handler, "flush", failing_flush)
+    monkeypatch.setattr(installed, "flush", failing_flush)
     _one_request()
     assert len(errors) == 2  # reported once, and the line was not written twice
     assert root_json.getvalue().count("\n") == 1

@@ -145,6 +145,19 @@ def test_class_depth_bound_and_who_is_to_blame() -> None:
     assert len(q) == 5 and q.depth(0) == 4 and q.depth(1) == 1
 
 
+def test_a_full_class_names_the_setting_of_its_depth() -> None:
+    q = queue(c0=QueueBounds(max_depth=1))
+    push(q, w("a"))
+    listed = q.push(w("c"), T0)
+    assert isinstance(listed, Overflow)
+    assert "(scheduling.classes.0.max_depth)" in listed.reason
+    q = PriorityQueue(SchedulingConfig(default=QueueBounds(max_depth=1)))
+    push(q, w("d"))
+    unlisted = q.push(w("e"), T0)
+    assert isinstance(unlisted, Overflow)
+    assert "(scheduling.default.max_depth)" in unlisted.reason
+
+
 def test_weights_shape_the_blame() -> None:
     q = queue(c0=QueueBounds(max_depth=4))
     push(q, *(w(f"a{i}", tenant="a", weight=3) for i in range(3)), w("b", tenant="b"))
@@ -190,7 +203,8 @@ def test_full_queue_refuses_when_nothing_lower(arriving: int) -> None:
     q = queue(max_queued=2)
     push(q, w("a", 0, tenant="x"), w("b", 0, tenant="y"))
     r = q.push(w("c", arriving, tenant="z"), T0)
-    assert isinstance(r, Overflow) and r.status == 503 and r.reason == "queue is full"
+    assert isinstance(r, Overflow) and r.status == 503
+    assert r.reason == "queue is full (scheduling.max_queued)"  # (the setting that moves it)
     assert drain(q) == ["a", "b"]
 
 
