@@ -177,11 +177,13 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def Generate(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
+        rid = request.request_id if _REQUEST_ID.match(request.request_id) else ""
         try:
             metadata = dict(context.invocation_metadata() or ())
             key = bearer_key(metadata.get("authorization"))
             self._service.tenants.resolve(key, GRPC_METADATA)  # (its 401 names the metadata)
             req = to_request(request, self.settings.default_max_tokens)
+            rid = req.request_id
             req.resumable = parse_asked(metadata.get(RESUMABLE_HEADER))
             if req.n > 1:
                 fan = Fanout(self._service, req)
@@ -192,8 +194,9 @@ class GatewayServicer(pb_grpc.GatewayServicer):
                     raise
             else:
                 gen = await self._service.submit(req, key)
-        except GatewayError as e:
-            await context.abort(status_of(e), e.message, trailing(e))
+        except GatewayError as e:  # (refused: its id in the trailers, as streams have it first)
+            ids = (("x-request-id", rid or new_request_id()),)
+            await context.abort(status_of(e), e.message, (*trailing(e), *ids))
         if req.n > 1:
             async for out in self._choices(fan, context):
                 yield out

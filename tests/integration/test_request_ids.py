@@ -10,9 +10,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import httpx
 import orjson
 import pytest
+from shardgate.v1 import gateway_pb2 as pb
+from shardgate.v1 import gateway_pb2_grpc as pb_grpc
 
 from engine_sidecar.backends.sim import SimConfig
 from tests.integration.cluster import Cluster
@@ -143,3 +146,15 @@ def test_a_body_over_the_limit_names_the_setting(front: Cluster, path: str, fram
     error = r.json()["error"]
     assert "gateway.max_body_bytes" in error["message"]
     assert "4096" in error["message"]
+
+
+@pytest.mark.parametrize(("asked", "echoed"), [("g-404", True), ("", False), ("not plain!", False)])
+def test_a_grpc_refusal_names_its_request_id(front: Cluster, asked: str, echoed: bool) -> None:
+    """A Generate refused before its first message (an unknown model) has its id in the
+    trailers, as a stream has it in its first metadata."""
+    req = pb.GenerateRequest(model="no-such-model", prompt="hi", max_tokens=2, request_id=asked)
+    with grpc.insecure_channel(front.grpc_target) as ch, pytest.raises(grpc.RpcError) as e:
+        list(pb_grpc.GatewayStub(ch).Generate(req, timeout=30))
+    assert e.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT)
+    rid = dict(e.value.trailing_metadata() or ())["x-request-id"]
+    assert rid == asked if echoed else ID.match(rid)
