@@ -50,7 +50,7 @@ _CODES = {
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # (whole: no trailing newline)
 
 
 def status_of(err: GatewayError) -> grpc.StatusCode:
@@ -89,7 +89,7 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
         raise InvalidRequest(f"n must be between 1 and {MAX_N}", "n")
     if m.HasField("n") and m.n > 1 and m.HasField("temperature") and m.temperature < 1e-5:
         raise InvalidRequest("n must be 1 with greedy sampling (temperature 0)", "n")
-    if m.request_id and not _REQUEST_ID.match(m.request_id):
+    if m.request_id and not _REQUEST_ID.fullmatch(m.request_id):
         raise InvalidRequest("request_id must be 1-128 of [A-Za-z0-9._:-]", "request_id")
     out = GenerationRequest(
         request_id=m.request_id or new_request_id(),
@@ -177,7 +177,7 @@ class GatewayServicer(pb_grpc.GatewayServicer):
     async def Generate(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GenerateResponse]:
-        rid = request.request_id if _REQUEST_ID.match(request.request_id) else ""
+        rid = request.request_id if _REQUEST_ID.fullmatch(request.request_id) else ""
         try:
             metadata = dict(context.invocation_metadata() or ())
             key = bearer_key(metadata.get("authorization"))

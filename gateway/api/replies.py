@@ -11,12 +11,12 @@ from gateway.types import GatewayError
 
 __all__ = ["error_parts", "request_id"]
 
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # (whole: no trailing newline)
 
 
 def request_id(asked: str | None) -> str:
     """The client's `x-request-id` when it is a plain short id, else a new one."""
-    if asked and _REQUEST_ID.match(asked):
+    if asked and _REQUEST_ID.fullmatch(asked):
         return asked
     return new_request_id()
 

@@ -113,9 +113,9 @@ class HealthSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
     # a long prompt's steps), and progress is read from heartbeats (0.5 s apart by default):
     # 10 s is far above both, and a small part of a long generation's deadline.
     stall_timeout_s: Seconds | None = 10.0
-    # An engine's first step is never judged (a cold engine compiles and warms up in it), and
-    # for this long after it the stall timeout is at least this (0: no grace beyond the first
-    # step).
+    # An engine's first step (a cold engine compiles and warms up in it) is judged only after
+    # this plus the stall timeout, and for this long after it the stall timeout is at least this
+    # (0: no grace).
     stall_startup_grace_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 30.0
     # The stall timeout is at least this many times the longest wait between two progress
     # reports seen over the engine's recent steps: a slow engine is not a stalled one (0: off).

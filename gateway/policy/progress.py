@@ -13,9 +13,10 @@ next progress, or the work gone, ends the stall.
   at all, while deltas flow: output is progress too).
 - An idle engine (nothing held) is never stalled; the stall is timed from the later of the last
   progress and the moment work appeared. A sidecar that reports no counter is not judged.
-- A fresh engine (first seen with its counter at 0) is never judged before its first step: a
-  cold engine compiles and warms up in it, under a busy CPU for much longer than any later step.
-  For `startup_grace_s` after that first step its timeout is at least the grace.
+- A fresh engine (first seen with its counter at 0) is given its first step: a cold engine
+  compiles and warms up in it, under a busy CPU for much longer than any later step. It is judged
+  in it only after `startup_grace_s` plus the stall timeout (an engine hung in its first step is
+  still found), and for `startup_grace_s` after that first step its timeout is at least the grace.
 - The timeout scales with the engine: at least `step_multiplier` times the longest wait between
   two progresses over its last `STEPS_SEEN` ones (its first step not among them), so a slow
   engine is not taken for a stalled one.
@@ -88,16 +89,16 @@ class StallDetector:
             e.steps, e.output_at = steps, output_at
             e.since = now if work > 0 else None
             return False
-        if e.stepped_at is None:
-            return False  # its first step: never judged
         return now - e.since >= self.timeout_for(name, now)
 
     def timeout_for(self, name: str, now: float) -> float:
         """The stall timeout sidecar `name`'s engine is judged by at `now` (inf: not judged)."""
         timeout = self.timeout_s
         e = self._engines.get(name)
-        if timeout is None or e is None or e.stepped_at is None:
+        if timeout is None or e is None:
             return math.inf
+        if e.stepped_at is None:  # its first step: the grace, then the timeout
+            return self.startup_grace_s + timeout
         if e.waits:
             timeout = max(timeout, self.step_multiplier * max(e.waits))
         if now < e.stepped_at + self.startup_grace_s:

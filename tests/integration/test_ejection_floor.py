@@ -18,12 +18,15 @@ from tests.integration.test_stall import metric, stream
 
 STALL_S = 1.0
 HEARTBEAT_S = 0.1
-GATEWAY = (
-    "gateway: {default_max_tokens: 64, request_timeout_s: 90, first_token_timeout_s: 90}\n"
-    f"health: {{stall_timeout_s: {STALL_S}, stall_startup_grace_s: 0,\n"
-    "  ejection: {consecutive_failures: 1000, base_ejection_time_s: 120,"
-    " max_ejection_time_s: 120}}"
-)
+
+
+def gateway(grace_s: float) -> str:
+    return (
+        "gateway: {default_max_tokens: 64, request_timeout_s: 90, first_token_timeout_s: 90}\n"
+        f"health: {{stall_timeout_s: {STALL_S}, stall_startup_grace_s: {grace_s},\n"
+        "  ejection: {consecutive_failures: 1000, base_ejection_time_s: 120,"
+        " max_ejection_time_s: 120}}"
+    )
 
 
 def chat(i: int) -> dict[str, Any]:
@@ -42,7 +45,8 @@ def post(url: str, i: int) -> httpx.Response:
 def test_the_only_replica_in_a_long_first_step_is_waited_for() -> None:
     # The engine's first step lasts four stall timeouts (a cold engine on a busy machine).
     sim = SimConfig(model="sim-llama", profile="fast", first_step_delay_s=4 * STALL_S)
-    c = Cluster(GATEWAY, [{"sim": sim, "heartbeat_interval_s": HEARTBEAT_S}])
+    # (a first step is judged only past the start-up grace and the stall timeout)
+    c = Cluster(gateway(30.0), [{"sim": sim, "heartbeat_interval_s": HEARTBEAT_S}])
     c.start()
     try:
         assert c.gateway is not None
@@ -75,7 +79,7 @@ def test_three_wedged_of_four_at_most_two_are_ejected_and_requests_complete() ->
     wedged = SimConfig(model="sim-llama", profile="fast", faults=SimFaults(hang_after_tokens=20))
     healthy = SimConfig(model="sim-llama", profile="fast")
     specs = [{"sim": wedged, "heartbeat_interval_s": HEARTBEAT_S}] * 3
-    c = Cluster(GATEWAY, [*specs, {"sim": healthy, "heartbeat_interval_s": HEARTBEAT_S}])
+    c = Cluster(gateway(0.0), [*specs, {"sim": healthy, "heartbeat_interval_s": HEARTBEAT_S}])
     c.start()
     try:
         assert c.gateway is not None

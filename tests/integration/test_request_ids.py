@@ -148,7 +148,9 @@ def test_a_body_over_the_limit_names_the_setting(front: Cluster, path: str, fram
     assert "4096" in error["message"]
 
 
-@pytest.mark.parametrize(("asked", "echoed"), [("g-404", True), ("", False), ("not plain!", False)])
+@pytest.mark.parametrize(
+    ("asked", "echoed"), [("g-404", True), ("", False), ("not plain!", False), ("g-1\n", False)]
+)
 def test_a_grpc_refusal_names_its_request_id(front: Cluster, asked: str, echoed: bool) -> None:
     """A Generate refused before its first message (an unknown model) has its id in the
     trailers, as a stream has it in its first metadata."""

@@ -227,13 +227,7 @@ class ChoicesRelay:
         choices, buf, ids, usage = self.choices, self.buf, self.ids, self.usage
         tally, answer, enc = choices.tallies[index], choices.answers[index], self.encs[index]
         if not batch:
-            last, last_ids = self.lasts.pop(index, (None, []))
-            reason = answer.finish_reason(tally.reason, whole=False)
-            enc.finish_chunk_into(buf, reason, last, not self.req.include_usage)
-            if ids is not None:
-                ids[index].add(buf, last_ids)
-            if usage is not None:
-                usage[index].add(buf)
+            self._finish(index)
         for d in batch:
             if (d.token_ids or d.text or d.parsed) and not self.began:
                 self.began = True
@@ -267,6 +261,18 @@ class ChoicesRelay:
                 buf += KEEPALIVE  # queued or preempted: keep the connection alive
             tally.add(d)
 
+    def _finish(self, index: int) -> None:
+        """Choice `index`'s finish event, with its final step."""
+        buf, ids, usage = self.buf, self.ids, self.usage
+        tally, answer = self.choices.tallies[index], self.choices.answers[index]
+        last, last_ids = self.lasts.pop(index, (None, []))
+        reason = answer.finish_reason(tally.reason, whole=False)
+        self.encs[index].finish_chunk_into(buf, reason, last, not self.req.include_usage)
+        if ids is not None:
+            ids[index].add(buf, last_ids)
+        if usage is not None:
+            usage[index].add(buf)
+
     def end(self) -> None:
         """The usage when asked for, and [DONE]."""
         self.ended = True
@@ -275,7 +281,10 @@ class ChoicesRelay:
         self.buf += encode.DONE
 
     def error(self, e: GatewayError) -> None:
-        """The stream already started: the error travels as an SSE event."""
+        """The stream already started: the error travels as an SSE event (after the finish
+        events of the choices that finished, their last steps with them)."""
+        for index in sorted(self.lasts):
+            self._finish(index)
         self.buf += encode.ChunkEncoder.error_event(e.message, e.type, e.status)
         self.end()
 

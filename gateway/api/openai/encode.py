@@ -41,7 +41,8 @@ _encode_into: Final = _encoder.encode_into
 # read the bytes. Every choice of a chat chunk ends with its `token_ids` (null unless asked for,
 # gateway/api/openai/token_ids.py); a text completion's also with `stop_reason` and
 # `prompt_token_ids`. Chat's first chunk carries `prompt_token_ids` and `prompt_text` beside
-# its choices; the last event of a stream carries the `system_fingerprint`.
+# its choices; each choice's finish event carries the `system_fingerprint` (with usage asked
+# for, the usage event instead), as vLLM stamps them.
 _CHAT_CHOICE_END: Final = b',"token_ids":null}]}\n\n'
 _TEXT_CHOICE_END: Final = b',"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n'
 _ROLE_TAIL: Final = (

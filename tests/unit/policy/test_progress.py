@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from gateway.policy.progress import STEPS_SEEN, StallDetector
@@ -152,10 +150,11 @@ def test_stall(steps: list[Step]) -> None:
             [
                 ("obs", 0.0, 0, 0, 0.0, False),
                 ("obs", 1.0, 0, 1, 0.0, False),
-                ("obs", 20.0, 0, 1, 0.0, False),
-                ("obs", 1000.0, 0, 1, 0.0, False),
+                ("obs", 20.0, 0, 1, 0.0, False),  # a long first step: not held against it
+                ("obs", 40.9, 0, 1, 0.0, False),
+                ("obs", 41.0, 0, 1, 0.0, True),  # hung in it: the grace and the timeout past
             ],
-            id="a fresh engine's first step is never judged, however long",
+            id="a fresh engine's first step: judged only after the grace plus the timeout",
         ),
         pytest.param(
             [
@@ -220,7 +219,8 @@ def test_stall(steps: list[Step]) -> None:
             [
                 ("obs", 0.0, 50, 1, 0.0, False),
                 ("obs", 5.0, 0, 1, 0.0, False),  # the counter went back: a new engine
-                ("obs", 500.0, 0, 1, 0.0, False),  # ... in its first step
+                ("obs", 44.9, 0, 1, 0.0, False),  # ... in its first step
+                ("obs", 45.0, 0, 1, 0.0, True),
             ],
             id="a restarted engine is fresh again",
         ),
@@ -258,7 +258,7 @@ def test_reconfigure_keeps_what_was_seen() -> None:
     d = StallDetector(TIMEOUT_S)
     d.observe("a", 0.0, 0, 1, 0.0)
     d.configure(TIMEOUT_S, 30.0, 4.0)
-    assert d.timeout_for("a", 0.0) == math.inf  # still in its first step
+    assert d.timeout_for("a", 0.0) == 30.0 + TIMEOUT_S  # still in its first step
     assert not d.observe("a", 1.0, 1, 1, 0.0)
     assert d.timeout_for("a", 1.0) == 30.0  # the grace applies to it
     d.configure(None, 30.0, 4.0)
