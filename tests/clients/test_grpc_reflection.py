@@ -24,9 +24,6 @@ def _reflected(target: str) -> dict[str, Any]:
     client_module("grpc_reflection")
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
-        ProtoReflectionDescriptorDatabase,
-    )
 
     out: dict[str, Any] = {}
     with grpc.insecure_channel(target) as channel:
@@ -45,9 +42,16 @@ def _reflected(target: str) -> dict[str, Any]:
             protos.append(fd)
         out["files"] = {fd.name: [s.name for s in fd.service] for fd in protos}
 
-        # Descriptors from the server alone, in a pool of their own.
-        database = ProtoReflectionDescriptorDatabase(channel)
-        pool = descriptor_pool.DescriptorPool(database)
+        # Descriptors from the server alone (the file and its dependencies, as reflection
+        # sends them), in a pool of their own; each file after those it imports.
+        pool = descriptor_pool.DescriptorPool()
+        added: set[str] = set()
+        while len(added) < len(protos):
+            ready = [fd for fd in protos if fd.name not in added and set(fd.dependency) <= added]
+            assert ready, f"files whose imports were not sent: {sorted(f.name for f in protos)}"
+            for fd in ready:
+                pool.Add(fd)
+                added.add(fd.name)
         service = pool.FindServiceByName(SERVICE)
         out["methods"] = sorted(m.name for m in service.methods)
 
