@@ -127,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1 or args.worker_of < 1:
         print("shardgate: --workers must be at least 1", file=sys.stderr)
         return 2
-    if args.command == "up":
-        busy = cluster.port_conflict(config, args.http_port, args.grpc_port)
+    if args.command == "up" or args.worker_of == 1:  # (a worker shares its parent's ports)
+        up = args.command == "up"
+        busy = cluster.port_conflict(config, args.http_port, args.grpc_port, sidecars=up)
         if busy is not None:
             print(f"shardgate: {busy}", file=sys.stderr)
             return 1
+    if args.command == "up":
         ports = (args.http_port, args.grpc_port)
         how = (args.log_level, args.workers, args.port_offset, args.log_format)
         return _run(cluster.up(config, path, *ports, *how))

@@ -52,9 +52,12 @@ class Listening(NamedTuple):
         return f"{self.setting}; {self.moved_by} moves it" if self.moved_by else self.setting
 
 
-def listens(config: Config, http_port: int | None, grpc_port: int | None) -> list[Listening]:
-    """Every fixed port `shardgate up` will listen on, its sidecars' included (0, a free
-    port, is left out); `http_port`, `grpc_port`: given on the command line (None: not)."""
+def listens(
+    config: Config, http_port: int | None, grpc_port: int | None, sidecars: bool = True
+) -> list[Listening]:
+    """Every fixed port `shardgate up` will listen on, its sidecars' included unless not
+    `sidecars` (`shardgate gateway`; 0, a free port, is left out); `http_port`, `grpc_port`:
+    given on the command line (None: not)."""
     s = config.gateway
     out = []
     for name, listen, given in (("http", s.http, http_port), ("grpc", s.grpc, grpc_port)):
@@ -64,7 +67,7 @@ def listens(config: Config, http_port: int | None, grpc_port: int | None) -> lis
         else:
             out.append(Listening(listen.host, given, f"--{name}-port", ""))
     for i, e in enumerate(config.sidecars):
-        if e.launch is None:
+        if e.launch is None or not sidecars:
             continue
         c = sidecar_config.decode(launch_config(e))
         out.append(Listening(c.host, c.port, f"sidecars[{i}].address"))
@@ -91,11 +94,13 @@ def _bind_error(host: str, port: int) -> OSError | None:
     return None
 
 
-def port_conflict(config: Config, http_port: int | None, grpc_port: int | None) -> str | None:
-    """The first port `shardgate up` could not listen on, as one line naming the setting that
-    moves it (None: every one is free)."""
+def port_conflict(
+    config: Config, http_port: int | None, grpc_port: int | None, sidecars: bool = True
+) -> str | None:
+    """The first port `shardgate up` (or, not `sidecars`, `shardgate gateway`) could not listen
+    on, as one line naming the setting that moves it (None: every one is free)."""
     seen: dict[tuple[str, int], Listening] = {}
-    for x in listens(config, http_port, grpc_port):
+    for x in listens(config, http_port, grpc_port, sidecars):
         first = seen.setdefault((x.host, x.port), x)
         if first is not x:
             return f"port {x.port} is given twice ({first.setting} and {x.setting})"

@@ -215,7 +215,7 @@ class SidecarEndpoint(Base, frozen=True, forbid_unknown_fields=True, kw_only=Tru
 
 
 class RedisConfig(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Tenants' and model pools' limits shared by every worker and instance (see README:
+    """Tenants' and model pools' limits shared by every worker and instance (see docs/scale-out.md:
     Shared limits). redis:// or rediss:// (one server), redis+sentinel://host:port[,host:port]/
     <service>[/db] (Sentinel), redis+cluster://host:port[,host:port] (Cluster)."""
 

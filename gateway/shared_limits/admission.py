@@ -9,7 +9,7 @@ divides the limits in fallback) and refreshes the leases of requests still runni
 Redis slow or gone (a call past `timeout_ms`, refused, reset): the circuit breaker opens and
 requests are admitted by local buckets holding `limit / live instances` (the last count seen),
 rates divided and bursts and concurrency rounded up; a half-open probe (a request, a settlement
-or the heartbeat) closes it again when Redis answers. See README: Shared limits (Redis).
+or the heartbeat) closes it again when Redis answers. See docs/scale-out.md: Shared limits (Redis).
 """
 
 from __future__ import annotations

@@ -93,6 +93,27 @@ def test_a_busy_port_is_named_in_one_line(busy: str, named: str, tmp_path: Path)
     assert_one_line(done, f"port {port} is in use ({named})")
 
 
+@pytest.mark.parametrize(("flag", "busy"), [("--http-port", "http"), ("--grpc-port", "grpc")])
+def test_shardgate_gateway_names_a_busy_port_in_one_line(
+    flag: str, busy: str, tmp_path: Path
+) -> None:
+    """`shardgate gateway` (the gateway alone) checks its own ports, not its sidecars'."""
+    p = Ports()
+    port = getattr(p, busy)
+    config = tmp_path / "gw.yaml"
+    config.write_text(cluster_yaml(p))
+    ports = ["--http-port", str(p.http), "--grpc-port", str(p.grpc)]
+    with listening(p.sidecar), listening(port):  # (a running sidecar's port is no conflict)
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "gateway", "--config", str(config), *ports],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert_one_line(done, f"port {port} is in use ({flag})")
+
+
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
