@@ -43,7 +43,7 @@ class SimCore:
         self.tokenizer = tokenizer or SimTokenizer()
         self.profile = PROFILES[config.profile]
         self.kv = BlockManager(
-            config.num_kv_blocks, config.block_size, config.enable_prefix_caching
+            config.num_kv_blocks, config.block_size, config.enable_prefix_caching, config.model
         )
         self._seqs: dict[int, SimSeq] = {}
         self._running: dict[int, SimSeq] = {}  # in admission order

@@ -2,17 +2,21 @@
 
 Only the accounting is modelled, not block contents. A sequence holds private blocks (the
 partial tail of its prompt, its generated tokens) and shared blocks: full prompt blocks known to
-the prefix cache by a chain hash (parent hash + the block's token ids). Cached blocks are
+the prefix cache by the name of the prefix they end (shardgate/v1/kvblocks.py, seeded by the
+model and the LoRA adapter: the names the gateway's KV index uses). Cached blocks are
 ref-counted; at refcount 0 a block stays cached but idle, and idle blocks are evicted LRU-first
 only when their space is needed. Invariant: used (private + cached in use) + idle <= num_blocks.
+
+With `events`, the cache records what vLLM's KV events say: the blocks it stored (new in the
+prefix cache) and removed (evicted), in order, until `take_events`.
 """
 
 from __future__ import annotations
 
-import hashlib
-from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+
+from shardgate.v1.kvblocks import Prefix, block_names, start
 
 
 class _SeqBlocks:
@@ -25,12 +29,23 @@ class _SeqBlocks:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_caching: bool = True,
+        model: str = "",
+        events: bool = False,
+    ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be > 0")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
+        self.model = model
+        self._starts: dict[bytes, Prefix] = {}
+        self._stored: list[int] | None = [] if events else None
+        self._removed: list[int] = []
         self._seqs: dict[int, _SeqBlocks] = {}
         self._refs: dict[int, int] = {}  # every cached block: hash -> refcount
         self._idle: OrderedDict[int, None] = OrderedDict()  # cached at refcount 0, LRU first
@@ -69,15 +84,19 @@ class BlockManager:
 
     # --- hashing -------------------------------------------------------------------------
     def block_hashes(self, token_ids: Sequence[int], salt: bytes = b"") -> list[int]:
-        """Chain hashes of the full blocks of `token_ids`; `salt` separates e.g. LoRAs."""
-        bs = self.block_size
-        out: list[int] = []
-        parent = salt
-        for start in range(0, len(token_ids) - bs + 1, bs):
-            block = array("q", token_ids[start : start + bs]).tobytes()
-            digest = hashlib.blake2b(parent + block, digest_size=8).digest()
-            out.append(int.from_bytes(digest, "little"))
-            parent = digest
+        """The names of the full blocks of `token_ids`; `salt` (a LoRA adapter's name)
+        separates their caches."""
+        first = self._starts.get(salt)
+        if first is None:
+            first = self._starts[salt] = start(self.model, salt.decode("utf-8", "replace"))
+        return block_names(token_ids, self.block_size, first)
+
+    def take_events(self) -> tuple[list[int], list[int]]:
+        """(names stored, names removed) since the last call; empty without `events`."""
+        if self._stored is None:
+            return [], []
+        out = self._stored, self._removed
+        self._stored, self._removed = [], []
         return out
 
     def _found(self, hashes: Sequence[int]) -> int:
@@ -147,6 +166,8 @@ class BlockManager:
             else:
                 refs[h] = 1
                 shared.append(h)
+                if self._stored is not None:
+                    self._stored.append(h)
         self._used += new_blocks
         self._seqs[seq_key] = _SeqBlocks(shared, private, total * bs)
         hit = min(found, (n - 1) // bs) * bs if n > 0 else 0
@@ -194,6 +215,8 @@ class BlockManager:
             h, _none = idle.popitem(last=False)
             del refs[h]
             self.evictions += 1
+            if self._stored is not None:
+                self._removed.append(h)
 
     # --- checks --------------------------------------------------------------------------
     def check(self) -> None:
