@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import sys
 from typing import Any
@@ -53,21 +52,18 @@ def build_config(args: argparse.Namespace) -> sidecar_config.SidecarConfig:
     return sidecar_config.decode(data, f"{args.config or 'sidecar config'}: ")
 
 
-# vLLM's loggers go through the sidecar's own handler (JSON or text on stderr, one format for
-# every line), not vLLM's text handler on stdout; set it to 1 in the sidecar's environment for
-# vLLM's own. Read when vLLM is first imported: before any backend is.
-VLLM_LOGGING = ("VLLM_CONFIGURE_LOGGING", "0")
-
-
 def run(args: argparse.Namespace) -> int:
     logs.setup(args.log_level, json=args.log_format == "json")  # (the gateway's lines)
-    os.environ.setdefault(*VLLM_LOGGING)
     try:
         cfg = build_config(args)
         tls_files(cfg)  # certificate files that cannot load stop the start here, named
     except (ValueError, OSError) as e:
         print(f"shardgate sidecar: {e}", file=sys.stderr)
         return 2
+    if cfg.backend == "vllm":  # (before vLLM is imported: its lines in the sidecar's format)
+        from engine_sidecar.backends.vllm.logs import route_vllm_logs
+
+        route_vllm_logs(args.log_format == "json", args.log_level)
 
     async def main() -> None:
         stop = asyncio.Event()

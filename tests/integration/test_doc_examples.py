@@ -11,9 +11,12 @@ import os
 import random
 import re
 import select
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -93,6 +96,10 @@ class Clusters:
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         banner = proc.stdout.readline() if ready else b""
         assert b"shardgate is up" in banner, (config, proc.poll(), banner)
+        # The rest of its stdout (its sidecars' too) to its log, so that no pipe ever fills.
+        drain = threading.Thread(target=shutil.copyfileobj, args=(proc.stdout, log), daemon=True)
+        drain.start()
+        self.stack.callback(_stop, proc, drain)  # (before shardgate_up's kill, if it must)
         url = f"http://127.0.0.1:{8080 + offset}"
         deadline = time.monotonic() + READY_TIMEOUT_S.get(config, 60.0)
         while not _ready(url):  # every model pool has a routable replica
@@ -100,6 +107,15 @@ class Clusters:
             assert time.monotonic() < deadline, f"{config}: /readyz never answered 200"
             time.sleep(0.2)
         return offset
+
+
+def _stop(proc: subprocess.Popen[bytes], drain: threading.Thread) -> None:
+    """As Ctrl-C stops it: the gateway drains, then stops its sidecars and their engines."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+    drain.join(timeout=5)
 
 
 @pytest.fixture(scope="module")

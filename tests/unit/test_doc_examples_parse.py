@@ -16,13 +16,17 @@ from tests.doc_examples import Example, moved, parse, parse_info
         ('cluster="configs/x.yaml" expect="^ok$"', {"cluster": "configs/x.yaml", "expect": "^ok$"}),
         ('expect="\\d+ \\[DONE\\]"', {"expect": "\\d+ \\[DONE\\]"}),
         ("timeout=30 expect=x", {"timeout": "30", "expect": "x"}),
+        ("expect='a \"b\"'", {"expect": 'a "b"'}),
+        ('expect="\\A200\\n"', {"expect": "\\A200\\n"}),  # (as written: no unescaping)
     ],
 )
 def test_a_fence_says_how_it_runs(info: str, attrs: dict[str, str]) -> None:
     assert parse_info(info) == attrs
 
 
-@pytest.mark.parametrize("info", ["expects=x", "norun", 'excpet="x"', "--skip"])
+@pytest.mark.parametrize(
+    "info", ["expects=x", "norun", 'excpet="x"', "--skip", 'expect="open', 'expect="x"y']
+)
 def test_a_typo_in_a_fence_is_an_error_not_an_example_turned_off(info: str) -> None:
     with pytest.raises(ValueError, match="fence attribute"):
         parse_info(info)
@@ -38,6 +42,17 @@ def test_blocks_are_found_in_order_with_their_lines() -> None:
     ]
     assert [e.runs for e in got] == [True, False, False]
     assert got[0].cluster == "configs/local.yaml"
+
+
+def test_a_bad_fence_is_named_by_its_place() -> None:
+    with pytest.raises(ValueError, match=r"doc\.md:3: fence attribute 'expcet="):
+        parse('text\n\n```bash expcet="x"\necho\n```\n', "doc.md")
+
+
+@pytest.mark.parametrize("fence", ["  ```bash", "~~~bash", "   ~~~"])
+def test_a_fence_that_would_not_be_counted_is_an_error(fence: str) -> None:
+    with pytest.raises(ValueError, match=r"d\.md:2: a fence not at the start"):
+        parse(f"- item\n{fence}\necho\n", "d.md")
 
 
 def test_a_fence_never_closed_is_an_error() -> None:
