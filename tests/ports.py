@@ -36,7 +36,7 @@ def _spans(offset: int) -> list[range]:
     return [s for s in spans if len(s) >= 1000]
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
     with socket.socket() as s:  # (no SO_REUSEADDR: a port in TIME_WAIT is not free either)
         try:
             s.bind(("127.0.0.1", port))
@@ -54,7 +54,7 @@ def free_port(also_free_at: int = 0) -> int:
     for _ in range(1000):
         port = _rng.choice(_rng.choice(spans))
         pair = (port, port + also_free_at) if also_free_at else (port,)
-        if any(p in _given or not _bindable(p) for p in pair):
+        if any(p in _given or not bindable(p) for p in pair):
             continue
         _given.update(pair)
         return port

@@ -13,11 +13,9 @@ import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,7 +26,9 @@ import pytest
 
 from tests.doc_examples import ROOT, RUN_LANGUAGES, Example, examples, moved
 from tests.engines import require
+from tests.integration.poll import until
 from tests.integration.test_up import shardgate_up
+from tests.ports import bindable
 
 EXAMPLES = examples()
 RUNNABLE = [e for e in EXAMPLES if e.runs]
@@ -45,21 +45,12 @@ def _config_ports(config: str) -> list[int]:
     return sorted({int(p) for p in re.findall(r"(?:port: |127\.0\.0\.1:)(\d{4,5})\b", text)})
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _offset_for(config: str) -> int:
     ports = _config_ports(config)
     assert 8080 in ports and 50051 in ports, f"{config}: the examples' ports are not its own"
     for _ in range(200):
         offset = random.choice(OFFSETS)
-        if all(p + offset < 65536 and _bindable(p + offset) for p in ports):
+        if all(p + offset < 65536 and bindable(p + offset) for p in ports):
             return offset
     raise AssertionError(f"no free set of ports for {config}")
 
@@ -101,11 +92,12 @@ class Clusters:
         drain.start()
         self.stack.callback(_stop, proc, drain)  # (before shardgate_up's kill, if it must)
         url = f"http://127.0.0.1:{8080 + offset}"
-        deadline = time.monotonic() + READY_TIMEOUT_S.get(config, 60.0)
-        while not _ready(url):  # every model pool has a routable replica
-            assert proc.poll() is None, f"{config}: shardgate up exited ({proc.returncode})"
-            assert time.monotonic() < deadline, f"{config}: /readyz never answered 200"
-            time.sleep(0.2)
+        until(  # every model pool has a routable replica (or it stopped)
+            lambda: proc.poll() is not None or _ready(url),
+            READY_TIMEOUT_S.get(config, 60.0),
+            f"{config}: /readyz answering 200",
+        )
+        assert proc.poll() is None, f"{config}: shardgate up exited ({proc.returncode})"
         return offset
 
 
