@@ -12,11 +12,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from shardgate.v1.params import Finish as Finish
 from shardgate.v1.params import Generation, GenerationView, Logprobs, Message
 from shardgate.v1.params import Sampling as Sampling
+
+if TYPE_CHECKING:
+    from engine_sidecar.kv_mirror import KvMirror
 
 ChatMessage = Message  # (the backends' name for it)
 
@@ -109,6 +112,9 @@ class ModelCard:
     name: str
     max_model_len: int
     loras: tuple[str, ...] = ()
+    # How a gateway tokenizes its prompts to name KV blocks as the engine does: "sim", a
+    # Hugging Face tokenizer's directory or name, or "" (not said).
+    tokenizer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +125,9 @@ class BackendInfo:
     extra: dict[str, str] = field(default_factory=dict)
     # The optional sampling fields the engine honours (shardgate/v1/params.py OPTIONAL).
     capabilities: frozenset[str] = frozenset()
+    # The engine's prefix cache is reported (the backend's `kv` mirror), in blocks of this many
+    # tokens; 0: it is not.
+    kv_block_size: int = 0
 
 
 DeltaSink = Callable[[list[EngineDelta]], None]
@@ -133,6 +142,14 @@ class Tokenizes(Protocol):
 
     def detokenize(self, model: str, ids: list[int]) -> str | Awaitable[str]:
         """The text of `ids`; raises RequestError (unknown model, ids out of the vocabulary)."""
+
+
+class ReportsKv(Protocol):
+    """A backend that reports what its engine's prefix cache holds (KV events): it feeds
+    `kv` (engine_sidecar/kv_mirror.py), which every link session reads. None: not reported."""
+
+    @property
+    def kv(self) -> KvMirror | None: ...
 
 
 class LoadsLoras(Protocol):

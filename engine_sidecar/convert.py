@@ -33,6 +33,7 @@ def link_response(
     items: list[tuple[int, EngineDelta]],
     load: pb.LoadReport | None,
     info: pb.InfoReply | None,
+    kv: pb.KvEvents | None = None,
 ) -> pb.LinkResponse:
     out = pb.LinkResponse()
     for key, d in items:
@@ -41,6 +42,8 @@ def link_response(
         out.load.CopyFrom(load)
     if info is not None:
         out.info.CopyFrom(info)
+    if kv is not None:
+        out.kv.CopyFrom(kv)
     return out
 
 
@@ -99,7 +102,12 @@ def fill_info(
     m.sidecar_id = sidecar_id
     m.backend = info.backend
     for card in info.models:
-        m.models.add(name=card.name, max_model_len=card.max_model_len, loras=list(card.loras))
+        m.models.add(
+            name=card.name,
+            max_model_len=card.max_model_len,
+            loras=list(card.loras),
+            tokenizer=card.tokenizer,
+        )
     m.group = group
     m.rank = rank
     m.world_size = world_size
@@ -107,3 +115,4 @@ def fill_info(
     m.heartbeat_interval_s = heartbeat_interval_s
     m.protocol_version = params.PROTOCOL_VERSION
     m.capabilities.extend(sorted(info.capabilities))
+    m.kv_block_size = info.kv_block_size

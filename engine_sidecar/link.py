@@ -16,6 +16,7 @@ from shardgate.v1 import engine_pb2 as pb
 from engine_sidecar import convert
 from engine_sidecar.backend import EngineDelta, EngineRequest, Finish, LoadSnapshot, RequestError
 from engine_sidecar.hub import Hub, Outbox
+from engine_sidecar.kv_mirror import KvMirror, KvView
 from gateway import tasks
 
 log = logging.getLogger(__name__)
@@ -26,11 +27,12 @@ Requests = AsyncIterator[tuple[Sequence[tuple[int, EngineRequest]], Sequence[int
 
 class Batch(NamedTuple):
     """One message to the gateway: deltas under link-local keys, a heartbeat's load report,
-    and on the first message only, the sidecar's announcement."""
+    on the first message only, the sidecar's announcement, and the engine's KV cache changes."""
 
     items: list[tuple[int, EngineDelta]]
     load: pb.LoadReport | None = None
     info: pb.InfoReply | None = None
+    kv: pb.KvEvents | None = None
 
 
 class LinkSession:
@@ -45,6 +47,7 @@ class LinkSession:
         max_pending: int,
         heartbeats_enabled: Callable[[], bool],
         registry: set[LinkSession] | None = None,
+        kv: KvMirror | None = None,
     ) -> None:
         self._hub = hub
         self._info = info
@@ -58,6 +61,8 @@ class LinkSession:
         self._closed = False
         self._registry = registry
         self._announce: pb.InfoReply | None = None  # a new announcement not yet sent
+        self._kv_mirror = kv
+        self._kv: KvView | None = None
 
     def announce(self, info: pb.InfoReply) -> None:
         """Send `info` (what the sidecar serves changed) with the next message, ahead of any
@@ -65,10 +70,18 @@ class LinkSession:
         self._announce = info
         self.box.wake()
 
+    def close(self) -> None:
+        """End the link from this side (its requests are aborted; the gateway reconnects)."""
+        self._closed = True
+        self.box.wake()
+
     async def run(self, requests: Requests) -> AsyncIterator[Batch]:
         if self._registry is not None:
             self._registry.add(self)
-        yield Batch([], self._report(), self._info())  # (read once registered: none is missed)
+        if self._kv_mirror is not None:
+            self._kv = self._kv_mirror.view(self.box.wake)
+        # (read once registered: no announcement and no KV change is missed)
+        yield Batch([], self._report(), self._info(), self._kv.take() if self._kv else None)
         reader = asyncio.create_task(self._read(requests))
         ticker = asyncio.create_task(self._tick())
         try:
@@ -80,9 +93,11 @@ class LinkSession:
                     log.warning("link dropped: the gateway stopped reading")
                     return
                 out = self._build()
-                if out.items or out.load is not None or out.info is not None:
+                if out.items or out.load is not None or out.info is not None or out.kv is not None:
                     yield out
         finally:
+            if self._kv is not None:
+                self._kv.close()
             if self._registry is not None:
                 self._registry.discard(self)
             await tasks.stop_all([reader, ticker])
@@ -99,7 +114,7 @@ class LinkSession:
             if self._heartbeats_enabled():
                 load = self._report()
         info, self._announce = self._announce, None
-        return Batch(items, load, info)
+        return Batch(items, load, info, self._kv.take() if self._kv is not None else None)
 
     def _report(self) -> pb.LoadReport:
         self._seq += 1

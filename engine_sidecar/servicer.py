@@ -18,6 +18,7 @@ from engine_sidecar.backend import Backend, ErrorCode, RequestError, Tokenizes
 from engine_sidecar.backends.sim import SimFaults
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.hub import Hub, Outbox
+from engine_sidecar.kv_mirror import KvMirror
 from engine_sidecar.link import LinkSession
 
 _STATUS = {
@@ -26,6 +27,12 @@ _STATUS = {
     ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
+
+
+def kv_mirror(backend: Backend) -> KvMirror | None:
+    """The backend's KV cache mirror, when it reports its cache (backend.ReportsKv)."""
+    kv = getattr(backend, "kv", None)
+    return kv if isinstance(kv, KvMirror) else None
 
 
 class EngineServicer(pb_grpc.EngineServicer):
@@ -66,6 +73,7 @@ class EngineServicer(pb_grpc.EngineServicer):
             c.max_link_pending,
             lambda: not self.stop_heartbeats,
             self.sessions,
+            kv_mirror(self._backend),
         )
 
     def reannounce(self) -> None:

@@ -52,7 +52,8 @@ def encode(batch: Batch) -> bytes:
     ]
     load = batch.load.SerializeToString() if batch.load is not None else b""
     info = batch.info.SerializeToString() if batch.info is not None else b""
-    return wire.frame(_DOWN.encode(wire.Down(deltas, load, info)))
+    kv = batch.kv.SerializeToString() if batch.kv is not None else b""
+    return wire.frame(_DOWN.encode(wire.Down(deltas, load, info, kv)))
 
 
 async def requests(reader: asyncio.StreamReader) -> Requests:

@@ -29,6 +29,7 @@ from gateway.discovery.runner import Discovery, Source
 from gateway.discovery.srv import srv_resolver
 from gateway.observability.discovery import DiscoveryCollector
 from gateway.observability.gc_pauses import GcPauses
+from gateway.observability.kv_metrics import KvCollector
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.observability.siblings import Siblings
@@ -179,6 +180,7 @@ class Gateway:
         self.scheduler.on_queue_wait = self.reporter.queue_wait
         self.fleet.on_change = self.scheduler.capacity_changed
         self.metrics.register_heartbeat_age(self.fleet.heartbeat_ages)
+        self.metrics.registry.register(KvCollector(self.fleet.caches))
         self.reloader: Reloader | None = None
         if config_path is not None:
             self.reloader = Reloader(

@@ -70,9 +70,28 @@ class PrefixHashSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only
     max_blocks: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 64
 
 
+class KvSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The engines' own reports of their prefix caches (KV events), for precise prefix routing.
+
+    `max_blocks` bounds the gateway's index (about 190 bytes per cached block: a million is
+    ~190 MB); `speculative_s` is how long a request just routed counts as cached on its replica
+    before its engine's events say so; prompts are tokenized at the gateway up to
+    `max_prompt_chars` characters (its cost per request); `tokenizers` names a model's
+    tokenizer where its sidecars name one the gateway cannot read (model -> a Hugging Face
+    tokenizer's directory or name, or "sim").
+    """
+
+    max_blocks: Annotated[int, msgspec.Meta(ge=1)] = 1_000_000
+    max_speculative: Annotated[int, msgspec.Meta(ge=0)] = 100_000
+    speculative_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 2.0
+    max_prompt_chars: Annotated[int, msgspec.Meta(ge=1)] = 65_536
+    tokenizers: dict[str, str] = {}
+
+
 class RoutingSettings(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     profile: ProfileSpec = ProfileSpec()
     prefix: PrefixHashSettings = PrefixHashSettings()
+    kv: KvSettings = KvSettings()
     # Seed for the picker's tie-breaking (benchmarks, tests); None: seeded from the OS.
     seed: int | None = None
 

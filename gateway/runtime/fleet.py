@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from gateway import tasks
 from gateway.config.routing import HealthSettings
@@ -23,11 +24,16 @@ from gateway.config.schema import LinkSettings, SidecarEndpoint
 from gateway.observability.labels import ReplicaState
 from gateway.policy.health import Health, HeartbeatMonitor, heartbeat_interval_s
 from gateway.policy.progress import StallDetector
+from gateway.policy.routing.engine_cache import EngineCaches
 from gateway.policy.routing.replicas import Assembly, assemble, broken_since
 from gateway.policy.routing.snapshot import EndpointSnapshot, Replica
+from gateway.prompt_tokens import PromptTokens
 from gateway.runtime.events import EventQueue, LinkBeat, LinkDown, LinkUp
 from gateway.types import Unavailable
 from gateway.upstream.link import EngineLink
+
+if TYPE_CHECKING:
+    from shardgate.v1 import engine_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +78,16 @@ class Fleet:
         self._ready: dict[str, bool] = {}  # each link's `load.ready` as last assembled
         self._task: asyncio.Task[None] | None = None
         self._drains: set[asyncio.Task[None]] = set()
+        # What the engines report they cache (KV events), and the prompt tokenizers that name a
+        # request's blocks alike (configured from `routing.kv` by the supervisor).
+        self.caches = EngineCaches()
+        self.tokens = PromptTokens(65_536)
         for e in endpoints:
             self._add(EngineLink(e.name, e.address, settings))
 
     def _add(self, link: EngineLink) -> None:
         link.listener = self
+        link.kv = self
         self.links.append(link)
         self.by_name[link.name] = link
 
@@ -90,6 +101,7 @@ class Fleet:
         for t in [t for t in (self._task, *self._drains) if t is not None]:
             await tasks.stop(t)
         await asyncio.gather(*(link.close() for link in (*self.links, *self.draining)))
+        await self.tokens.close()
 
     async def wait_connected(self, timeout_s: float) -> bool:
         done = await asyncio.gather(*(link.wait_connected(timeout_s) for link in self.links))
@@ -116,6 +128,8 @@ class Fleet:
                 continue
             self.links.remove(link)
             del self.by_name[link.name]
+            link.kv = None
+            self.caches.forget(link.name)
             self.monitors.pop(link.name, None)
             self.stalls.forget(link.name)
             self.draining.append(link)
@@ -152,6 +166,20 @@ class Fleet:
         finally:
             self.draining.remove(link)
             await link.close()
+
+    # -- what the engines cache (from the links' readers, applied at once) -----------------------
+    def kv_announced(self, sidecar: str, info: pb.InfoReply) -> None:
+        tokenizers = {c.name: c.tokenizer for c in info.models}
+        self.caches.announced(sidecar, info.kv_block_size, tokenizers)
+        if info.kv_block_size > 0:
+            for model, spec in tokenizers.items():
+                self.tokens.named(model, spec)
+
+    def kv_events(self, sidecar: str, events: pb.KvEvents) -> None:
+        self.caches.apply(sidecar, events)
+
+    def kv_lost(self, sidecar: str) -> None:
+        self.caches.lost(sidecar)
 
     # -- what the links tell (from their readers: posted, handled as events) ---------------------
     def link_up(self, link: EngineLink) -> None:

@@ -46,7 +46,9 @@ class Supervisor:
         self._clock = clock
         health = health or HealthSettings()
         self.outliers = OutlierDetector(health.ejection)
-        self.router = Router(routing or RoutingSettings(), self.outliers)
+        routing = routing or RoutingSettings()
+        self._configure_kv(routing)
+        self.router = self._router(routing)
         self.retry = RetryPolicy(retry or RetrySettings(), clock())
         self.on_ejected: Callable[[str], None] | None = None
         self.migrations = 0
@@ -56,11 +58,25 @@ class Supervisor:
         self, routing: RoutingSettings, retry: RetrySettings, health: HealthSettings
     ) -> None:
         """A config reload: build first (ValueError names a bad field), then swap."""
-        router = Router(routing, self.outliers)
+        router = self._router(routing)
+        self._configure_kv(routing)
         router.carry_over(self.router)
         self.outliers.settings = health.ejection
         self.retry = RetryPolicy(retry, self._clock())
         self.router = router
+
+    def _router(self, routing: RoutingSettings) -> Router:
+        f = self._fleet
+        return Router(routing, self.outliers, caches=f.caches, tokens=f.tokens)
+
+    def _configure_kv(self, routing: RoutingSettings) -> None:
+        kv, f = routing.kv, self._fleet
+        index = f.caches.index
+        index.max_blocks = kv.max_blocks
+        index.max_speculative = kv.max_speculative
+        index.speculative_s = kv.speculative_s
+        f.tokens.max_chars = kv.max_prompt_chars
+        f.tokens.overrides = dict(kv.tokenizers)
 
     # -- placement -----------------------------------------------------------------------
     def choose(self, job: Job, now: float, avoid: tuple[str, ...] = ()) -> Placement | None:

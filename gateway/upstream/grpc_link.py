@@ -54,6 +54,8 @@ async def run(link: EngineLink) -> None:
         wake = asyncio.Event()
         link.kick = wake.set
         link.announced(first.info, first.load)
+        if first.HasField("kv"):
+            link.cache_changed(first.kv)
         writer = asyncio.create_task(_write(link, call, wake), name=f"link-{link.name}-writer")
         reader = asyncio.create_task(_read(link, call), name=f"link-{link.name}-reader")
         try:
@@ -92,6 +94,8 @@ async def _read(link: EngineLink, call: grpc.aio.StreamStreamCall) -> None:
             deadline.reschedule(loop.time() + hb)
             if msg.HasField("info"):
                 link.reannounce(msg.info)
+            if msg.HasField("kv"):
+                link.cache_changed(msg.kv)
             link.deliver([convert.from_pb_delta(d) for d in msg.deltas])
             FLUSHER.flush()
             if msg.HasField("load"):

@@ -68,6 +68,18 @@ class LinkListener(Protocol):
     def link_down(self, link: EngineLink) -> None: ...
 
 
+class KvListener(Protocol):
+    """Told, from the reader, what the sidecar's engine caches (engine.proto `KvEvents`): its
+    announcement (InfoReply.kv_block_size, the models' tokenizers), each change, and the link's
+    loss (what it holds is unknown until the next link's snapshot)."""
+
+    def kv_announced(self, sidecar: str, info: pb.InfoReply) -> None: ...
+
+    def kv_events(self, sidecar: str, events: pb.KvEvents) -> None: ...
+
+    def kv_lost(self, sidecar: str) -> None: ...
+
+
 # How long a sidecar that never served is taken to be starting (its engine loading): failed
 # tries meanwhile are INFO, then WARNING (as `shardgate up` waits at most this long too).
 STARTING_S = 300.0
@@ -91,6 +103,7 @@ class EngineLink:
         self.connected = False
         self.transport = ""  # "tcp" or "grpc": what carries the current session
         self.listener: LinkListener | None = None
+        self.kv: KvListener | None = None
         self.streams: dict[int, DeltaTarget] = {}
         self._keys = itertools.count(1)
         self._submits: list[Outgoing] = []
@@ -188,6 +201,8 @@ class EngineLink:
         self.kick = _nothing
         self._submits.clear()
         self._aborts.clear()
+        if was and self.kv is not None:
+            self.kv.kv_lost(self.name)
         if was and self.listener is not None:
             self.listener.link_down(self)
         streams, self.streams = self.streams, {}
@@ -238,6 +253,8 @@ class EngineLink:
         self.info = convert.endpoint_info(info)
         self.load = convert.load(load)
         self.last_heartbeat = time.monotonic()
+        if self.kv is not None:
+            self.kv.kv_announced(self.name, info)
         self.connected = True
         self._connected_once.set()
         log.info("link %s up (%s): %s", self.name, self.transport, self.info.sidecar_id)
@@ -249,8 +266,15 @@ class EngineLink:
         adapter loaded or unloaded). The fleet assembles its replicas again from it."""
         self.info = convert.endpoint_info(info)
         self.last_activity = time.monotonic()
+        if self.kv is not None:
+            self.kv.kv_announced(self.name, info)
         if self.listener is not None:
             self.listener.link_up(self)
+
+    def cache_changed(self, events: pb.KvEvents) -> None:
+        """The sidecar's engine stored or removed KV blocks (or this is the link's snapshot)."""
+        if self.kv is not None:
+            self.kv.kv_events(self.name, events)
 
     def beat(self, load: pb.LoadReport) -> None:
         self.load = convert.load(load)

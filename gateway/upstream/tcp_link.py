@@ -73,6 +73,8 @@ class LinkProtocol(asyncio.Protocol):
                     raise wire.FrameError("the sidecar did not announce itself")
                 if down.info:  # what it serves changed
                     link.reannounce(pb.InfoReply.FromString(down.info))
+                if down.kv:
+                    link.cache_changed(pb.KvEvents.FromString(down.kv))
                 if down.deltas:
                     link.deliver(down.deltas)
                 if down.load:
@@ -89,6 +91,8 @@ class LinkProtocol(asyncio.Protocol):
         load = pb.LoadReport.FromString(down.load) if down.load else info.load
         self.link.kick = self.kick
         self.link.announced(info, load)
+        if down.kv:
+            self.link.cache_changed(pb.KvEvents.FromString(down.kv))
         self.announced.set_result(None)
 
     def _fail(self, error: BaseException) -> None:

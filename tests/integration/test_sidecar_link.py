@@ -70,6 +70,8 @@ class WireCall:
             msg.load.ParseFromString(down.load)
         if down.info:
             msg.info.ParseFromString(down.info)
+        if down.kv:
+            msg.kv.ParseFromString(down.kv)
         return msg
 
     async def write(self, msg: pb.LinkRequest) -> None:

@@ -51,6 +51,9 @@ class SimConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only
     block_size: PositiveInt = 16
     num_kv_blocks: PositiveInt = 16384
     enable_prefix_caching: bool = True
+    # Report what the prefix cache holds on the link (vLLM's KV events), as the gateway's
+    # precise prefix routing reads it; only with prefix caching.
+    kv_events: bool = True
     profile: str = "instant"
     # On average one generated position in `eos_every` ends the request with EOS; 0: never.
     eos_every: NonNegativeInt = 300

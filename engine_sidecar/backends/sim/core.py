@@ -43,7 +43,11 @@ class SimCore:
         self.tokenizer = tokenizer or SimTokenizer()
         self.profile = PROFILES[config.profile]
         self.kv = BlockManager(
-            config.num_kv_blocks, config.block_size, config.enable_prefix_caching, config.model
+            config.num_kv_blocks,
+            config.block_size,
+            config.enable_prefix_caching,
+            config.model,
+            events=config.kv_events and config.enable_prefix_caching,
         )
         self._seqs: dict[int, SimSeq] = {}
         self._running: dict[int, SimSeq] = {}  # in admission order

@@ -22,6 +22,7 @@ from engine_sidecar.backends.sim.config import SimConfig, SimFaults
 from engine_sidecar.backends.sim.core import SimCore
 from engine_sidecar.backends.sim.sampler import refusal
 from engine_sidecar.backends.sim.tokenizer import SimTokenizer
+from engine_sidecar.kv_mirror import KvMirror
 
 CRASH_EXIT_CODE = 17
 # Behind the pacing deadline by more than this, the loop stops trying to catch up.
@@ -62,18 +63,27 @@ class SimBackend:
         self.hung = False
         self._unhang = asyncio.Event()
         self._cold = config.first_step_delay_s > 0  # its first step is still to be delayed
+        reports = config.kv_events and config.enable_prefix_caching
+        self._kv = KvMirror(config.block_size) if reports else None
 
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
         c = self.config
-        card = ModelCard(c.model, c.max_model_len, tuple(sorted(self._limits.loras)))
+        card = ModelCard(
+            c.model, c.max_model_len, tuple(sorted(self._limits.loras)), tokenizer="sim"
+        )
         return BackendInfo(
             backend="sim",
             models=(card,),
             max_num_seqs=c.max_num_seqs,
             extra={"profile": c.profile, "block_size": str(c.block_size)},
             capabilities=CAPABILITIES,
+            kv_block_size=c.block_size if self._kv is not None else 0,
         )
+
+    @property
+    def kv(self) -> KvMirror | None:
+        return self._kv
 
     async def load_lora(self, name: str, path: str) -> None:
         """Adapters are simulated by name (the path is not read): a request naming one runs as
@@ -188,6 +198,10 @@ class SimBackend:
                 deadline = clock()
                 continue  # (the work may have gone meanwhile)
             result = core.step()
+            if self._kv is not None:
+                events = core.kv.take_events()
+                if events:
+                    self._kv.apply(events)
             if result.deltas:
                 sink(result.deltas)
             faults = core.faults

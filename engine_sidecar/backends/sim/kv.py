@@ -8,7 +8,7 @@ ref-counted; at refcount 0 a block stays cached but idle, and idle blocks are ev
 only when their space is needed. Invariant: used (private + cached in use) + idle <= num_blocks.
 
 With `events`, the cache records what vLLM's KV events say: the blocks it stored (new in the
-prefix cache) and removed (evicted), in order, until `take_events`.
+prefix cache) and removed (evicted), in their order, until `take_events`.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ class BlockManager:
         self.enable_caching = enable_caching
         self.model = model
         self._starts: dict[bytes, Prefix] = {}
-        self._stored: list[int] | None = [] if events else None
-        self._removed: list[int] = []
+        self._events: list[tuple[int, bool]] | None = [] if events else None
         self._seqs: dict[int, _SeqBlocks] = {}
         self._refs: dict[int, int] = {}  # every cached block: hash -> refcount
         self._idle: OrderedDict[int, None] = OrderedDict()  # cached at refcount 0, LRU first
@@ -91,12 +90,13 @@ class BlockManager:
             first = self._starts[salt] = start(self.model, salt.decode("utf-8", "replace"))
         return block_names(token_ids, self.block_size, first)
 
-    def take_events(self) -> tuple[list[int], list[int]]:
-        """(names stored, names removed) since the last call; empty without `events`."""
-        if self._stored is None:
-            return [], []
-        out = self._stored, self._removed
-        self._stored, self._removed = [], []
+    def take_events(self) -> list[tuple[int, bool]]:
+        """(name, True: stored / False: removed) since the last call, in order; empty without
+        `events`."""
+        out = self._events
+        if not out:
+            return []
+        self._events = []
         return out
 
     def _found(self, hashes: Sequence[int]) -> int:
@@ -166,8 +166,8 @@ class BlockManager:
             else:
                 refs[h] = 1
                 shared.append(h)
-                if self._stored is not None:
-                    self._stored.append(h)
+                if self._events is not None:
+                    self._events.append((h, True))
         self._used += new_blocks
         self._seqs[seq_key] = _SeqBlocks(shared, private, total * bs)
         hit = min(found, (n - 1) // bs) * bs if n > 0 else 0
@@ -215,8 +215,8 @@ class BlockManager:
             h, _none = idle.popitem(last=False)
             del refs[h]
             self.evictions += 1
-            if self._stored is not None:
-                self._removed.append(h)
+            if self._events is not None:
+                self._events.append((h, False))
 
     # --- checks --------------------------------------------------------------------------
     def check(self) -> None:

@@ -11,6 +11,7 @@ from typing import Protocol
 import msgspec
 
 from gateway.policy.ejection import OutlierDetector
+from gateway.policy.routing.engine_cache import EngineCaches
 from gateway.policy.routing.snapshot import Replica, RequestFeatures
 
 
@@ -48,3 +49,5 @@ class PluginEnv:
 
     rng: random.Random
     outliers: OutlierDetector | None = None
+    # What the engines report they cache (None: nothing; the precise scorer then matches none).
+    caches: EngineCaches | None = None

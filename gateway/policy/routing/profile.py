@@ -61,7 +61,12 @@ FILTERS.register("free_slot", Params, lambda p, env: filters.FreeSlot())
 SCORERS: Registry[Scorer] = Registry("scorer")
 SCORERS.register("load", Params, lambda p, env: scorers.Load())
 SCORERS.register("kv_usage", Params, lambda p, env: scorers.KvUsage())
-SCORERS.register("prefix", scorers.PrefixParams, lambda p, env: scorers.Prefix(p))
+SCORERS.register("prefix", scorers.PrefixParams, lambda p, env: scorers.Prefix(p, env.caches))
+SCORERS.register(
+    "precise_prefix",
+    scorers.PrecisePrefixParams,
+    lambda p, env: scorers.PrecisePrefix(p, env.caches),
+)
 SCORERS.register("session", scorers.SessionParams, lambda p, env: scorers.Session(p))
 
 PICKERS: Registry[Picker] = Registry("picker")

@@ -1,35 +1,45 @@
-"""What the runtime holds: the profile built from `routing:` and the prefix hasher."""
+"""What the runtime holds: the profile built from `routing:`, the prefix hasher, and the prompt
+tokenizer of precise prefix routing."""
 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from gateway.config.routing import RoutingSettings
 from gateway.policy.ejection import OutlierDetector
+from gateway.policy.routing.engine_cache import EngineCaches
 from gateway.policy.routing.plugin import PluginEnv
 from gateway.policy.routing.prefix import PrefixHasher
 from gateway.policy.routing.profile import Profile, build_profile
-from gateway.policy.routing.scorers import Prefix
+from gateway.policy.routing.scorers import PrecisePrefix, Prefix
 from gateway.policy.routing.snapshot import RequestFeatures
 from gateway.types import GenerationRequest
+
+if TYPE_CHECKING:
+    from gateway.prompt_tokens import PromptTokens
 
 
 class Router:
     """Build once per config (ValueError names a bad field); `profile.route` per request."""
 
-    __slots__ = ("hasher", "profile")
+    __slots__ = ("hasher", "profile", "tokens")
 
     def __init__(
         self,
         settings: RoutingSettings,
         outliers: OutlierDetector | None,
         rng: random.Random | None = None,
+        caches: EngineCaches | None = None,
+        tokens: PromptTokens | None = None,
     ) -> None:
-        env = PluginEnv(rng or random.Random(settings.seed), outliers)
+        env = PluginEnv(rng or random.Random(settings.seed), outliers, caches)
         self.profile: Profile = build_profile(settings.profile, env)
         uses_prefix = _prefix_scorer(self.profile) is not None
         p = settings.prefix
         self.hasher = PrefixHasher(p.block_chars, p.max_blocks) if uses_prefix else None
+        # Prompts are tokenized only for a scorer that matches what the engines cache.
+        self.tokens = tokens if caches is not None and _precise(self.profile) else None
 
     def carry_over(self, previous: Router) -> None:
         """After a config reload: keep what the previous router's prefix scorer learned, when
@@ -57,7 +67,15 @@ class Router:
                 hashes = h.messages(req.model, req.lora, req.messages)
             else:
                 hashes = h.prompt(req.model, req.lora, _prompt_text(req))
-        return RequestFeatures(req.model, req.lora, hashes, req.session_id)
+        ids = self.tokens.ids(req.model, req.generation) if self.tokens is not None else None
+        return RequestFeatures(req.model, req.lora, hashes, req.session_id, ids)
+
+
+def _precise(profile: Profile) -> bool:
+    return any(
+        isinstance(s, PrecisePrefix) or (isinstance(s, Prefix) and s.precise is not None)
+        for s, _ in profile.scorers
+    )
 
 
 def _prefix_scorer(profile: Profile) -> Prefix | None:

@@ -20,7 +20,9 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import msgspec
+from shardgate.v1.kvblocks import block_names, start
 
+from gateway.policy.routing.engine_cache import EngineCaches
 from gateway.policy.routing.hashing import mix64, str_hash64
 from gateway.policy.routing.plugin import Params
 from gateway.policy.routing.prefix import PrefixIndex
@@ -74,38 +76,133 @@ class KvUsage:
         pass
 
 
+def _bounded(scores: list[float], replicas: Sequence[Replica], params: BoundParams) -> list[float]:
+    """`scores` with 0 for the replicas above the load bound."""
+    eps = params.load_epsilon
+    if eps is not None:
+        bound = load_bound(replicas, eps, params.load_slack)
+        for i, r in enumerate(replicas):
+            if scores[i] and not within(r, bound):
+                scores[i] = 0.0
+    return scores
+
+
+class PrecisePrefixParams(BoundParams, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class PrecisePrefix:
+    """Prefix affinity on what the engines really cache: the share of the request's prompt
+    tokens whose KV blocks the replica's engine holds as a leading run (its KV events, in
+    `EngineCaches`), or was just sent (a short-lived guess); 0 above the load bound. A replica
+    is matched at its own block size, so replicas with different sizes compare in tokens.
+
+    Requests whose prompt the gateway could not tokenize, and replicas that report nothing,
+    score 0 here: the approximate `prefix` scorer is the one for them."""
+
+    __slots__ = ("_last", "caches", "params")
+
+    def __init__(self, params: BoundParams, caches: EngineCaches | None) -> None:
+        self.params = params
+        self.caches = caches or EngineCaches()
+        self._last: tuple[RequestFeatures, Sequence[Replica], list[int]] | None = None
+
+    def covers(self, req: RequestFeatures, replicas: Sequence[Replica]) -> bool:
+        """The request's prompt is known and every replica reports its cache."""
+        if not req.prompt_ids:
+            return False
+        sizes = self.caches.block_sizes
+        return all(r.head in sizes for r in replicas)
+
+    def names(self, req: RequestFeatures, block_size: int) -> list[int]:
+        names = req.kv_names.get(block_size)
+        if names is None:
+            ids = req.prompt_ids or ()
+            names = req.kv_names[block_size] = block_names(
+                ids, block_size, start(req.model, req.lora)
+            )
+        return names
+
+    def cached_tokens(
+        self, req: RequestFeatures, replicas: Sequence[Replica], now: float
+    ) -> list[int]:
+        """Per replica, the prompt tokens its engine holds (or was just sent) as a leading run
+        of blocks."""
+        sizes, index = self.caches.block_sizes, self.caches.index
+        by_size: dict[int, dict[str, int]] = {}
+        out = []
+        for r in replicas:
+            bs = sizes.get(r.head, 0)
+            if not bs:
+                out.append(0)
+                continue
+            held = by_size.get(bs)
+            if held is None:
+                held = by_size[bs] = index.matched(self.names(req, bs), now)
+            out.append(held.get(r.head, 0) * bs)
+        return out
+
+    def score(self, req: RequestFeatures, replicas: Sequence[Replica], now: float) -> list[float]:
+        if not req.prompt_ids:
+            return [0.0] * len(replicas)
+        tokens = self.cached_tokens(req, replicas, now)
+        self._last = (req, replicas, tokens)
+        total = len(req.prompt_ids)
+        return _bounded([t / total for t in tokens], replicas, self.params)
+
+    def picked(self, req: RequestFeatures, replica: Replica, now: float) -> None:
+        if not req.prompt_ids:
+            return
+        last, self._last = self._last, None
+        if last is not None and last[0] is req:
+            _, cands, tokens = last
+            chosen = next((t for r, t in zip(cands, tokens, strict=True) if r is replica), 0)
+            self.caches.routed(chosen, max(tokens))
+        bs = self.caches.block_sizes.get(replica.head, 0)
+        if bs:
+            self.caches.index.speculate(replica.head, self.names(req, bs), now)
+
+
 class PrefixParams(BoundParams, frozen=True, forbid_unknown_fields=True, kw_only=True):
     index_capacity: Annotated[int, msgspec.Meta(ge=1)] = 100_000  # block hashes per model pool
     owners_per_block: Annotated[int, msgspec.Meta(ge=1, le=16)] = 4
+    # Score on what the engines report they cache (`precise_prefix`) whenever the request's
+    # prompt could be tokenized and every candidate replica reports its cache.
+    engine_events: bool = True
 
 
 class Prefix:
     """Prefix affinity: the share of the request's prefix blocks that the replica was last sent
-    (by this gateway: a `PrefixIndex` per model pool, fed by `picked`); 0 above the load bound."""
+    (by this gateway: a `PrefixIndex` per model pool, fed by `picked`); 0 above the load bound.
 
-    __slots__ = ("indexes", "params")
+    With `engine_events`, a request whose candidates all report their caches is scored by
+    `PrecisePrefix` instead (what the engines hold, not what this gateway sent)."""
 
-    def __init__(self, params: PrefixParams) -> None:
+    __slots__ = ("indexes", "params", "precise")
+
+    def __init__(self, params: PrefixParams, caches: EngineCaches | None = None) -> None:
         self.params = params
         self.indexes: dict[str, PrefixIndex] = {}
+        self.precise = PrecisePrefix(params, caches) if params.engine_events and caches else None
 
     def score(self, req: RequestFeatures, replicas: Sequence[Replica], now: float) -> list[float]:
+        precise = self.precise
+        if precise is not None and precise.covers(req, replicas):
+            return precise.score(req, replicas, now)
+        return self.approximate(req, replicas)
+
+    def approximate(self, req: RequestFeatures, replicas: Sequence[Replica]) -> list[float]:
         hashes = req.prefix_hashes
         index = self.indexes.get(req.model) if hashes else None
         seen = index.match(hashes) if index is not None else None
         if not seen:
             return [0.0] * len(replicas)
         total = len(hashes)
-        scores = [seen.get(r.name, 0) / total for r in replicas]
-        eps = self.params.load_epsilon
-        if eps is not None:
-            bound = load_bound(replicas, eps, self.params.load_slack)
-            for i, r in enumerate(replicas):
-                if scores[i] and not within(r, bound):
-                    scores[i] = 0.0
-        return scores
+        return _bounded([seen.get(r.name, 0) / total for r in replicas], replicas, self.params)
 
     def picked(self, req: RequestFeatures, replica: Replica, now: float) -> None:
+        if self.precise is not None:
+            self.precise.picked(req, replica, now)
         if not req.prefix_hashes:
             return
         index = self.indexes.get(req.model)

@@ -116,3 +116,8 @@ class RequestFeatures:
     lora: str = ""
     prefix_hashes: Sequence[int] = ()  # `prefix.PrefixHasher`; () = no prefix affinity
     session_id: str = ""  # `x-session-id`; "" = no session affinity
+    # The prompt's token ids as the engine computes them (gateway/prompt_tokens.py), for
+    # precise prefix routing; None: not known (routing then uses the approximate index).
+    prompt_ids: Sequence[int] | None = None
+    # The names of the prompt's KV blocks per block size, filled as routing needs them.
+    kv_names: dict[int, list[int]] = field(default_factory=dict)

@@ -172,21 +172,23 @@ class LoadReport(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_usage: _Optional[float] = ..., max_num_seqs: _Optional[int] = ..., ready: _Optional[bool] = ..., preemptions: _Optional[int] = ..., prefix_hit_rate: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., steps: _Optional[int] = ..., held: _Optional[int] = ...) -> None: ...
 
 class ModelCard(_message.Message):
-    __slots__ = ("name", "max_model_len", "loras")
+    __slots__ = ("name", "max_model_len", "loras", "tokenizer")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
     LORAS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     name: str
     max_model_len: int
     loras: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., max_model_len: _Optional[int] = ..., loras: _Optional[_Iterable[str]] = ...) -> None: ...
+    tokenizer: str
+    def __init__(self, name: _Optional[str] = ..., max_model_len: _Optional[int] = ..., loras: _Optional[_Iterable[str]] = ..., tokenizer: _Optional[str] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class InfoReply(_message.Message):
-    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s", "link_port", "protocol_version", "capabilities")
+    __slots__ = ("sidecar_id", "backend", "models", "group", "rank", "world_size", "max_num_seqs", "load", "heartbeat_interval_s", "link_port", "protocol_version", "capabilities", "kv_block_size")
     SIDECAR_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +201,7 @@ class InfoReply(_message.Message):
     LINK_PORT_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     sidecar_id: str
     backend: str
     models: _containers.RepeatedCompositeFieldContainer[ModelCard]
@@ -211,14 +214,27 @@ class InfoReply(_message.Message):
     link_port: int
     protocol_version: int
     capabilities: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ..., link_port: _Optional[int] = ..., protocol_version: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
+    kv_block_size: int
+    def __init__(self, sidecar_id: _Optional[str] = ..., backend: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelCard, _Mapping]]] = ..., group: _Optional[str] = ..., rank: _Optional[int] = ..., world_size: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., heartbeat_interval_s: _Optional[float] = ..., link_port: _Optional[int] = ..., protocol_version: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., kv_block_size: _Optional[int] = ...) -> None: ...
+
+class KvEvents(_message.Message):
+    __slots__ = ("cleared", "removed", "stored")
+    CLEARED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    cleared: bool
+    removed: _containers.RepeatedScalarFieldContainer[int]
+    stored: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, cleared: _Optional[bool] = ..., removed: _Optional[_Iterable[int]] = ..., stored: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LinkResponse(_message.Message):
-    __slots__ = ("deltas", "load", "info")
+    __slots__ = ("deltas", "load", "info", "kv")
     DELTAS_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
+    KV_FIELD_NUMBER: _ClassVar[int]
     deltas: _containers.RepeatedCompositeFieldContainer[Delta]
     load: LoadReport
     info: InfoReply
-    def __init__(self, deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., info: _Optional[_Union[InfoReply, _Mapping]] = ...) -> None: ...
+    kv: KvEvents
+    def __init__(self, deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., load: _Optional[_Union[LoadReport, _Mapping]] = ..., info: _Optional[_Union[InfoReply, _Mapping]] = ..., kv: _Optional[_Union[KvEvents, _Mapping]] = ...) -> None: ...

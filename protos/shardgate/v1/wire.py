@@ -2,9 +2,10 @@
 
 A sidecar that announces `InfoReply.link_port` also serves its Link there, on a plain TCP
 socket. The messages are the gRPC Link's, field for field, in msgpack (arrays, not maps);
-only what travels once per link or per heartbeat (the announcement, load reports) stays
-serialized protobuf inside the frame. Per engine step and per request this costs a fraction of
-what grpc.aio and protobuf objects cost on each side (see bench/RESULTS.md).
+only what travels once per link or per heartbeat (the announcement, load reports) and the
+engine's KV cache changes (packed block names) stay serialized protobuf inside the frame.
+Per engine step and per request this costs a fraction of what grpc.aio and protobuf objects
+cost on each side (see bench/RESULTS.md).
 
 A connection starts with the gateway writing `MAGIC`; then each side writes frames: a 4-byte
 little-endian body length, then the body. The gateway writes `Up` bodies (engine.proto
@@ -59,11 +60,13 @@ class WireSubmit(msgspec.Struct, array_like=True, gc=False):
 
 
 class Down(msgspec.Struct, array_like=True, gc=False):
-    """engine.proto `LinkResponse`: `load` and `info` are serialized `LoadReport`/`InfoReply`."""
+    """engine.proto `LinkResponse`: `load`, `info` and `kv` are serialized `LoadReport`,
+    `InfoReply` and `KvEvents`."""
 
     deltas: list[WireDelta] = []
     load: bytes = b""
     info: bytes = b""
+    kv: bytes = b""
 
 
 class Up(msgspec.Struct, array_like=True, gc=False):

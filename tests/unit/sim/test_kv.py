@@ -145,20 +145,21 @@ def test_the_cache_says_what_it_stored_and_evicted_as_the_gateway_names_them() -
     kv = BlockManager(num_blocks=4, block_size=4, model="sim-llama", events=True)
     prompt = ids(9)  # 2 full blocks + a partial one
     assert kv.allocate_prompt(1, prompt) == 0
-    stored, removed = kv.take_events()
     named = block_names(prompt, 4, start("sim-llama"))
-    assert stored == named and removed == []
-    assert kv.take_events() == ([], [])
+    assert kv.take_events() == [(n, True) for n in named]
+    assert kv.take_events() == []
     index = KvIndex()
-    index.stored("sim-a", stored)
+    index.stored("sim-a", named)
     assert index.matched(block_names([*prompt, 50, 51, 52], 4, start("sim-llama")), 0) == {
         "sim-a": 2
     }
     kv.free(1)
     assert kv.allocate_prompt(2, ids(16, start=100)) == 0  # needs the idle blocks' room
-    stored, removed = kv.take_events()
+    events = kv.take_events()
+    removed = [n for n, s in events if not s]
     assert removed == named[::-1]  # (the earlier prompt's, its tail idle first)
-    assert stored == block_names(ids(16, start=100), 4, start("sim-llama"))
+    assert [n for n, s in events if s] == block_names(ids(16, start=100), 4, start("sim-llama"))
+    assert [s for _, s in events] == [False] * len(removed) + [True] * (len(events) - len(removed))
     index.removed("sim-a", removed)
     assert index.matched(named, 0) == {}
     kv.check()
@@ -172,4 +173,4 @@ def test_a_lora_adapter_names_its_blocks_apart() -> None:
 def test_without_events_nothing_is_recorded() -> None:
     kv = BlockManager(num_blocks=8, block_size=4)
     kv.allocate_prompt(1, ids(8))
-    assert kv.take_events() == ([], [])
+    assert kv.take_events() == []
