@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest_asyncio
 
 from engine_sidecar.backends.tiny_model import ensure_tiny_model
 from tests.engines import require, vllm_config
+from tests.ports import free_ports
 from tests.redis_server import RedisServer
 
 
@@ -35,7 +37,9 @@ async def vllm_engine(tiny_model_dir: Path) -> AsyncIterator[Any]:
 
 @pytest_asyncio.fixture(scope="session")
 async def vllm_server(
-    tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    tiny_model_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    vllm_kv_events: tuple[str, str],
 ) -> AsyncIterator[str]:
     """A real `vllm serve` of the tiny model with the shared engine's arguments (its server
     flags too: tool choice, parsers): its base URL."""
@@ -43,8 +47,24 @@ async def vllm_server(
     from tests.vllm_server import vllm_serve
 
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    async with vllm_serve(vllm_config(tiny_model_dir), log) as url:
+    endpoint, replay = vllm_kv_events
+    events = json.dumps(
+        {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": endpoint.replace("127.0.0.1", "*"),
+            "replay_endpoint": replay.replace("127.0.0.1", "*"),
+        }
+    )
+    async with vllm_serve(vllm_config(tiny_model_dir), log, "--kv-events-config", events) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def vllm_kv_events() -> tuple[str, str]:
+    """Where the session's `vllm serve` publishes its KV events, and answers replays."""
+    events, replay = free_ports(2)
+    return f"tcp://127.0.0.1:{events}", f"tcp://127.0.0.1:{replay}"
 
 
 @pytest.fixture(scope="session")

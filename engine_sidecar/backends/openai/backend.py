@@ -24,6 +24,7 @@ from engine_sidecar.backend import (
     RequestError,
 )
 from engine_sidecar.backends.common.batcher import StepBatcher
+from engine_sidecar.backends.common.kv_events import BlockNamer, KvSubscriber
 from engine_sidecar.backends.common.prompts import Limits, check_request
 from engine_sidecar.backends.common.running import end_all
 from engine_sidecar.backends.openai.body import (
@@ -44,9 +45,12 @@ from engine_sidecar.backends.openai.start import (
     served_model,
     takes_logprob_ids,
     takes_token_ids,
+    tokenizer_source,
 )
 from engine_sidecar.backends.openai.stream import RequestStream, Server
 from engine_sidecar.backends.openai.tokens import detokenize, prompt_ids, refused
+from engine_sidecar.kv_mirror import KvMirror
+from gateway import tasks
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +84,18 @@ class OpenAIBackend:
         self.process: EngineProcess | None = None  # the engine server, where we run it
         self.generated_tokens = 0
         self.steps = 0  # chunks that brought tokens (where the server reports no steps)
+        self._tokenizer_name = ""  # the tokenizer a gateway reads (named in Info)
+        kv = config.kv_events
+        self._kv = KvMirror(kv.block_size) if kv is not None else None
+        self.kv_subscriber: KvSubscriber | None = None
+        self._kv_task: asyncio.Task[None] | None = None
 
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
         c, s = self.config, self._server
-        card = ModelCard(c.served_name, self._limits.max_model_len, tuple(sorted(c.loras)))
+        card = ModelCard(
+            c.served_name, self._limits.max_model_len, tuple(sorted(c.loras)), self._tokenizer_name
+        )
         extra = {"engine": "openai", "url": c.url}
         token_ids = s is not None and s.token_ids
         extra["token_ids"] = "yes" if token_ids else "no"
@@ -94,7 +105,12 @@ class OpenAIBackend:
         if s is not None and s.local is not None:  # (done on the sidecar: local.py)
             caps |= {"tools"} | ({"logprobs"} | CHOSEN_LOGPROBS if s.logprobs else set())
             caps |= {"reasoning"} if s.local.reasoning else set()
-        return BackendInfo("openai", (card,), c.max_num_seqs, extra, caps)
+        block_size = self._kv.block_size if self._kv is not None else 0
+        return BackendInfo("openai", (card,), c.max_num_seqs, extra, caps, block_size)
+
+    @property
+    def kv(self) -> KvMirror | None:
+        return self._kv
 
     async def start(self, sink: DeltaSink) -> None:
         if self._client is not None:
@@ -130,8 +146,17 @@ class OpenAIBackend:
             client, c.model, token_ids, c.priority, tokenizer, local, logprobs, max_len
         )
         self._monitor = monitor
+        self._tokenizer_name = tokenizer_source(c, model.root) or ""
         await monitor.scrape()
         monitor.start()
+        kv = c.kv_events
+        if kv is not None and self._kv is not None:
+            namer = BlockNamer(c.served_name, self._kv)
+            sub = KvSubscriber(
+                namer, kv.endpoint, kv.replay_endpoint, kv.topic, kv.replay_timeout_s
+            )
+            self.kv_subscriber = sub
+            self._kv_task = asyncio.create_task(sub.run(), name="openai-kv-events")
         self._sink = sink
         self._batcher = StepBatcher(sink, asyncio.get_running_loop())
         log.info(
@@ -149,6 +174,8 @@ class OpenAIBackend:
         self._stopped = True
         requests, self._requests = self._requests, {}
         await end_all(requests, self._cancelled, self._batcher, self._sink, _CANCEL_GRACE_S)
+        task, self._kv_task = self._kv_task, None
+        await tasks.stop(task)
         if self._monitor is not None:
             await self._monitor.stop()
         client, self._client = self._client, None

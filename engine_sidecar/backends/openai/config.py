@@ -10,6 +10,27 @@ PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
 
+class KvEventsSource(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Where the engine server publishes its KV events (`vllm serve --kv-events-config
+    '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",
+    "replay_endpoint": "tcp://*:5558"}'` with prefix caching), as this sidecar reaches them."""
+
+    endpoint: str  # e.g. tcp://127.0.0.1:5557
+    # Its replay socket: batches missed (a gap in their sequence) are asked for again; absent,
+    # a gap drops what is known of the cache until it is stored again.
+    replay_endpoint: str | None = None
+    topic: str = ""
+    # The server's KV block size (its --block-size; vLLM's default is 16 on GPUs, 128 on CPUs).
+    block_size: PositiveInt
+    # The longest wait for a replay's answer.
+    replay_timeout_s: Seconds = 5.0
+
+    def __post_init__(self) -> None:
+        for name, value in (("endpoint", self.endpoint), ("replay_endpoint", self.replay_endpoint)):
+            if value is not None and not value.startswith(("tcp://", "ipc://")):
+                raise ValueError(f"openai.kv_events.{name} must be a tcp:// or ipc:// address")
+
+
 class OpenAIConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     # The engine server's address, without /v1.
     base_url: str = "http://127.0.0.1:8000"
@@ -39,6 +60,9 @@ class OpenAIConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     tool_call_parser: str | None = None
     tool_parser_plugin: str | None = None
     reasoning_parser: str | None = None
+    # The server's KV events, for the gateway's precise prefix routing (absent: the sidecar
+    # reports nothing, and the gateway routes its requests on its own prefix index).
+    kv_events: KvEventsSource | None = None
     # Send request priority classes (the server runs with --scheduling-policy priority).
     priority: bool = True
     # The connection pool to the server: at most this many connections at once.

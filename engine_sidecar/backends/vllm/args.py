@@ -39,8 +39,35 @@ def resolve_model(config: VllmConfig) -> tuple[str, str]:
     return str(ensure_tiny_model(where)), "dummy"
 
 
-def engine_kwargs(config: VllmConfig, *, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
-    """Keyword arguments for AsyncEngineArgs; a shard group of several nodes sets nnodes."""
+def kv_events_config(endpoint: str, replay_endpoint: str) -> dict[str, Any]:
+    """vLLM's KVEventsConfig (as a dict) publishing on the sidecar's own local sockets."""
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": endpoint,
+        "replay_endpoint": replay_endpoint,
+    }
+
+
+def reports_kv(config: VllmConfig) -> bool:
+    """The sidecar subscribes to the engine's KV events (unless the operator configured a
+    publisher of their own in engine_args)."""
+    return (
+        config.kv_events
+        and config.enable_prefix_caching
+        and "kv_events_config" not in config.engine_args
+    )
+
+
+def engine_kwargs(
+    config: VllmConfig,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    kv_endpoints: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments for AsyncEngineArgs; a shard group of several nodes sets nnodes;
+    `kv_endpoints`: where the engine publishes its KV events (and answers replays)."""
     model, load_format = resolve_model(config)
     kwargs: dict[str, Any] = {
         name: getattr(config, name) for name in _TYPED if getattr(config, name) is not None
@@ -57,5 +84,7 @@ def engine_kwargs(config: VllmConfig, *, rank: int = 0, world_size: int = 1) -> 
         kwargs["max_lora_rank"] = config.max_lora_rank
     if world_size > 1:
         kwargs.update(nnodes=world_size, node_rank=rank)
+    if kv_endpoints is not None:
+        kwargs["kv_events_config"] = kv_events_config(*kv_endpoints)
     kwargs.update(config.engine_args)
     return kwargs

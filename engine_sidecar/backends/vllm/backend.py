@@ -40,6 +40,7 @@ from engine_sidecar.backends.common.prompts import (
 )
 from engine_sidecar.backends.common.tokenizer import HfTokenizer
 from engine_sidecar.backends.common.usage import Usage
+from engine_sidecar.backends.vllm.args import resolve_model
 from engine_sidecar.backends.vllm.config import VllmConfig
 from engine_sidecar.backends.vllm.engine import (
     Engine,
@@ -58,6 +59,7 @@ from engine_sidecar.backends.vllm.sampling import (
 )
 from engine_sidecar.backends.vllm.text import own_text
 from engine_sidecar.backends.vllm.tools import ChatParse, ChatParsers, template_tools
+from engine_sidecar.kv_mirror import KvMirror
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +101,16 @@ class VllmBackend:
         self._cancelled: set[asyncio.Task[None]] = set()
         self._stopped = False
         self._parsers: ChatParsers | None = None
+        # Where a gateway reads the engine's tokenizer (the model's directory, or its own).
+        self._tokenizer_path = ""
 
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:
         c = self.config
         loras = tuple(sorted(self._adapters.names()))
-        card = ModelCard(c.served_name, self._limits.max_model_len, loras)
+        engine = self.engine
+        kv = engine.kv if engine is not None else None
+        card = ModelCard(c.served_name, self._limits.max_model_len, loras, self._tokenizer_path)
         extra = {"engine": "vllm", "tp": str(c.tensor_parallel_size)}
         extra["pp"] = str(c.pipeline_parallel_size)
         caps = (
@@ -112,7 +118,13 @@ class VllmBackend:
             | {"tools", *TEMPLATE_FIELDS}
             | ({"reasoning"} if c.reasoning_parser else set())
         )
-        return BackendInfo("vllm", (card,), self._max_num_seqs, extra, caps)
+        block_size = kv.block_size if kv is not None else 0
+        return BackendInfo("vllm", (card,), self._max_num_seqs, extra, caps, block_size)
+
+    @property
+    def kv(self) -> KvMirror | None:
+        engine = self.engine
+        return engine.kv if engine is not None else None
 
     async def start(self, sink: DeltaSink) -> None:
         if self.engine is not None:
@@ -122,6 +134,7 @@ class VllmBackend:
             c, rank=self._rank, world_size=self._world_size, factory=self._factory
         )
         self.engine = engine
+        self._tokenizer_path = c.tokenizer or resolve_model(c)[0]
         model_config = getattr(engine.llm, "model_config", None)
         self._parsers = ChatParsers(c, engine.tokenizer.raw, model_config, sidecar=self.sidecar)
         max_len = engine.max_model_len

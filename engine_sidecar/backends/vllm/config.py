@@ -34,6 +34,9 @@ class VllmConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     kv_cache_memory_bytes: PositiveInt | None = None
     block_size: PositiveInt | None = None
     enable_prefix_caching: bool = True
+    # Report what the prefix cache holds on the link (vLLM's KV events, on a local socket of
+    # the sidecar's), for the gateway's precise prefix routing; only with prefix caching.
+    kv_events: bool = True
     enforce_eager: bool = False
     # "priority" passes request priority classes through; "fcfs" ignores them.
     scheduling_policy: Literal["priority", "fcfs"] = "priority"

@@ -1,0 +1,63 @@
+"""A real vLLM engine's KV events, through the sidecar and the link, in the gateway's index:
+the blocks vLLM says it stored carry the names the gateway computes for the same conversation
+with the tokenizer the sidecar names (its chat template applied)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import pytest_asyncio
+from shardgate.v1.kvblocks import block_names, start
+
+from tests.integration.poll import until_async
+from tests.integration.vllm_cluster import VllmCluster, vllm_cluster
+
+pytestmark = pytest.mark.timeout(600)  # may be the first to start the shared engine
+
+MODEL = "tiny-llama"
+SYSTEM = "You answer questions about rivers. " * 30
+
+
+@pytest_asyncio.fixture(scope="module")
+async def cluster(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[VllmCluster]:
+    async with vllm_cluster(tiny_model_dir, vllm_engine, "  default_max_tokens: 4") as c:
+        yield c
+
+
+async def test_vllms_stored_blocks_are_named_as_the_gateway_names_the_prompt(
+    cluster: VllmCluster,
+) -> None:
+    gw = cluster.gateway
+    sidecar = cluster.sidecar.config.name
+    caches, tokens = gw.fleet.caches, gw.fleet.tokens
+    assert caches.block_size(sidecar) > 0
+    assert tokens.spec(MODEL)  # (the model's directory, named in the sidecar's Info)
+    await until_async(lambda: tokens.ready(MODEL), 60.0, "the gateway's tokenizer")
+    messages: list[Any] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Which is the longest?"},
+    ]
+    async with openai.AsyncOpenAI(base_url=cluster.base_url, api_key="none", max_retries=0) as c:
+        await c.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+    # What the gateway makes of the same conversation (as routing does)
+    from shardgate.v1.params import Generation, Message, Sampling
+
+    g = Generation(
+        request_id="r",
+        model=MODEL,
+        messages=tuple(Message(role=m["role"], content=m["content"]) for m in messages),
+        sampling=Sampling(max_tokens=2),
+    )
+    ids = tokens.ids(MODEL, g)
+    assert ids is not None and len(ids) > 3 * caches.block_size(sidecar)
+    names = block_names(ids, caches.block_size(sidecar), start(MODEL))
+    index = caches.index
+    index.speculative_s = 0.0  # (what the engine says only)
+    await until_async(
+        lambda: index.matched(names, 0.0).get(sidecar, 0) == len(names), 30.0, "vLLM's blocks"
+    )
+    assert caches.snapshots >= 1 and caches.events >= len(names)
