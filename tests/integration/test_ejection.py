@@ -15,8 +15,11 @@ from engine_sidecar.backends.sim import SimConfig, SimFaults
 from tests.integration.cluster import Cluster
 from tests.integration.poll import until
 
+# (least load only: the same prompt each time would otherwise stay with the engines that
+# cache it, and this test needs traffic to keep reaching the failing one)
 CONFIG = """
 gateway: {default_max_tokens: 8}
+routing: {profile: {scorers: [{type: load, weight: 1}]}}
 health:
   ejection: {consecutive_failures: 3, base_ejection_time_s: 120, max_ejection_time_s: 120}
 retry: {min_retries_per_s: 100}

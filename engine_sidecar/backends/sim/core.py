@@ -333,4 +333,5 @@ class SimCore:
             d.cached_tokens = seq.cached_tokens
         if d.finish:
             d.prompt_tokens = seq.prompt_len
+            d.cached_tokens = seq.cached_tokens
             d.completion_tokens = len(seq.generated)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from engine_sidecar.backend import (
     BackendInfo,
     DeltaSink,
+    EngineDelta,
     EngineRequest,
     ErrorCode,
     LoadSnapshot,
@@ -63,6 +64,7 @@ class SimBackend:
         self.hung = False
         self._unhang = asyncio.Event()
         self._cold = config.first_step_delay_s > 0  # its first step is still to be delayed
+        self._pending: list[EngineDelta] = []  # the running step's output, until it has run
         reports = config.kv_events and config.enable_prefix_caching
         self._kv = KvMirror(config.block_size) if reports else None
 
@@ -113,7 +115,10 @@ class SimBackend:
                     raise
             except Exception:
                 self._died = True  # the loop had died already; healthy() says so
-        deltas = self.core.abort_all()
+        # The step that was running when stopped: its output first (its finished requests are
+        # no longer the core's), then every unfinished request's end.
+        pending, self._pending = self._pending, []
+        deltas = pending + self.core.abort_all()
         if deltas and self._sink is not None:
             self._sink(deltas)
 
@@ -198,13 +203,23 @@ class SimBackend:
                 deadline = clock()
                 continue  # (the work may have gone meanwhile)
             result = core.step()
+            faults = core.faults
+            # A step's output (its tokens, the blocks its prefill cached) exists once the step
+            # has run: it is delivered after the step's time, so a prefill shows in the TTFT.
+            deadline += result.duration_s + faults.slow_token_s
+            delay = deadline - clock()
+            if delay > 0:
+                self._pending = result.deltas
+                await asyncio.sleep(delay)
+                self._pending = []
+            elif delay < -_MAX_LAG_S:
+                deadline = clock()
             if self._kv is not None:
                 events = core.kv.take_events()
                 if events:
                     self._kv.apply(events)
             if result.deltas:
                 sink(result.deltas)
-            faults = core.faults
             crash_after = faults.crash_after_tokens
             hang_after = faults.hang_after_tokens
             generated = core.generated_tokens
@@ -212,11 +227,5 @@ class SimBackend:
                 self._exit(CRASH_EXIT_CODE)
             if hang_after is not None and generated >= hang_after:
                 self.hung = True
-            deadline += result.duration_s + faults.slow_token_s
-            delay = deadline - clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
-                if delay < -_MAX_LAG_S:
-                    deadline = clock()
+            if delay <= 0:
                 await asyncio.sleep(0)

@@ -186,7 +186,8 @@ class BodyDecoder(Generic[_S]):
         except (msgspec.DecodeError, RecursionError):
             pass  # (the decode below says what)
         req = decode_json(self._tolerant, body, self._expected)
-        return req, unknown_of(_KEYS.decode(body), self._known)
+        # (the keys of unknown fields are read here only: one may not be valid UTF-8)
+        return req, unknown_of(decode_json(_KEYS, body, self._expected), self._known)
 
 
 def not_served(name: str, what: str) -> InvalidRequest:

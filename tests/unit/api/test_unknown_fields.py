@@ -161,6 +161,13 @@ def test_other_errors_stand(raw: bytes, message: str) -> None:
     assert message in e.value.message
 
 
+def test_an_unknown_key_that_is_not_utf_8_is_refused_as_json_that_is_not() -> None:
+    raw = b'{"model": "m", "messages": %b, "\xffmax_tokens": 2}' % M
+    with pytest.raises(InvalidRequest) as e:
+        decode_chat(raw, "r")
+    assert "not valid JSON" in e.value.message and "UTF-8" in e.value.message
+
+
 def test_the_anthropic_refusal_is_in_anthropic_s_shape() -> None:
     u = message(max_token=8).unknown_fields
     assert u is not None
