@@ -69,9 +69,9 @@ class EngineRequest(GenerationView):
 class EngineDelta:
     """What one request gained in one engine step.
 
-    The first delta of a run carries prompt_tokens (and cached_tokens); the last carries a
-    finish other than NONE, prompt_tokens and completion_tokens (all generated tokens of the
-    request, resumed ones included). An error ends the request with finish ERROR.
+    The first delta of a run carries prompt_tokens and cached_tokens; the last carries a
+    finish other than NONE, prompt_tokens, cached_tokens and completion_tokens (all generated
+    tokens of the request, resumed ones included). An error ends the request with finish ERROR.
     """
 
     key: int

@@ -14,13 +14,15 @@ chat template.
 
 Cost is bounded: at most `max_chars` characters of the prompt (or of the rendered conversation)
 are encoded; the last ids before the cut may differ from the engine's, so the blocks they end
-simply do not match.
+simply do not match. And a long text is encoded in pieces whose ids are kept: a prefix that
+many prompts share is tokenized once (`ChunkedEncoder`, used where it is exact).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,7 +40,7 @@ class PromptTokens:
         self.max_chars = max_chars
         self.overrides = dict(overrides or {})
         self._named: dict[str, str] = {}  # model -> tokenizer spec in use
-        self._loaded: dict[str, Any] = {}  # spec -> tokenizer (SimTokenizer or HfTokenizer)
+        self._loaded: dict[str, ChunkedEncoder] = {}  # spec -> (SimTokenizer or HfTokenizer)
         self._failed: set[str] = set()
         self._loading: dict[str, asyncio.Task[None]] = {}
 
@@ -82,7 +84,7 @@ class PromptTokens:
         if spec == SIM:
             from engine_sidecar.backends.sim.tokenizer import SimTokenizer
 
-            self._loaded[spec] = SimTokenizer()
+            self._loaded[spec] = ChunkedEncoder(SimTokenizer())
             return
         try:
             asyncio.get_running_loop()
@@ -114,13 +116,13 @@ class PromptTokens:
         )
 
 
-def _load_hf(spec: str) -> Any:
+def _load_hf(spec: str) -> ChunkedEncoder:
     from engine_sidecar.backends.common.tokenizer import HfTokenizer
 
-    return HfTokenizer.from_pretrained(spec)
+    return ChunkedEncoder(HfTokenizer.from_pretrained(spec))
 
 
-def _encode(tok: Any, g: Generation, max_chars: int) -> list[int] | None:
+def _encode(tok: ChunkedEncoder, g: Generation, max_chars: int) -> list[int] | None:
     from engine_sidecar.backends.common.tokenizer import HfTokenizer
 
     if g.sampling.truncate_prompt_tokens is not None:
@@ -131,11 +133,79 @@ def _encode(tok: Any, g: Generation, max_chars: int) -> list[int] | None:
     if g.messages is not None:
         if g.tools is not None or (g.template is not None and g.template.chat_template):
             return None
-        if isinstance(tok, HfTokenizer):
-            text = tok.chat_text(g.messages, None, g.template)
+        if isinstance(tok.tokenizer, HfTokenizer):
+            text = tok.tokenizer.chat_text(g.messages, None, g.template)
         else:
-            text = tok.apply_chat_template(g.messages)
-        return list(tok.encode(text[:max_chars], add_special_tokens=bool(add)))
+            text = tok.tokenizer.apply_chat_template(g.messages)
+        return tok.encode(text[:max_chars], bool(add))
     if g.prompt is not None:
-        return list(tok.encode(g.prompt[:max_chars], add_special_tokens=add is not False))
+        return tok.encode(g.prompt[:max_chars], add is not False)
     return None
+
+
+CHUNK_CHARS = 1024
+
+
+def chunks(text: str, size: int = CHUNK_CHARS) -> list[str]:
+    """`text` cut into pieces of about `size` characters, each cut just before a space that
+    follows a non-space and precedes one (where word-level tokenizers start a new token): the
+    same text always cuts at the same places, so a shared prefix gives the same leading pieces."""
+    out = []
+    begin = 0
+    n = len(text)
+    while n - begin > size:
+        cut = text.find(" ", begin + size)
+        while cut != -1 and (text[cut - 1].isspace() or cut + 1 >= n or text[cut + 1].isspace()):
+            cut = text.find(" ", cut + 1)
+        if cut == -1:
+            break
+        out.append(text[begin:cut])
+        begin = cut
+    out.append(text[begin:])
+    return out
+
+
+class ChunkedEncoder:
+    """Encodes a long text piece by piece (`chunks`), keeping the ids of the pieces it has
+    seen (a bounded LRU): the prompts that share a long prefix (what precise routing is for)
+    pay its tokenization once. Used only where a self-check shows piecewise encoding equals
+    whole encoding for this tokenizer; otherwise every text is encoded whole."""
+
+    def __init__(self, tokenizer: Any, max_pieces: int = 4096) -> None:
+        self.tokenizer = tokenizer
+        self.max_pieces = max_pieces
+        self._pieces: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self.piecewise = self._agrees()
+
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        tok = self.tokenizer
+        if not self.piecewise or len(text) <= CHUNK_CHARS:
+            return list(tok.encode(text, add_special_tokens=add_special_tokens))
+        parts = chunks(text)
+        ids = list(tok.encode(parts[0], add_special_tokens=add_special_tokens))
+        cache = self._pieces
+        for part in parts[1:]:
+            got = cache.get(part)
+            if got is None:
+                got = cache[part] = tuple(tok.encode(part, add_special_tokens=False))
+                if len(cache) > self.max_pieces:
+                    cache.popitem(last=False)
+            else:
+                cache.move_to_end(part)
+            ids.extend(got)
+        return ids
+
+    def _agrees(self) -> bool:
+        sample = " ".join(
+            f"{w}{i % 7}, the river's {w}s ran north: {i * 37} miles."
+            for i, w in enumerate(["stone", "water", "bridge", "mill", "tower", "field"] * 60)
+        )
+        tok = self.tokenizer
+        try:
+            whole = list(tok.encode(sample, add_special_tokens=False))
+            parts: list[int] = []
+            for part in chunks(sample, 200):
+                parts.extend(tok.encode(part, add_special_tokens=False))
+        except Exception:
+            return False
+        return parts == whole

@@ -175,3 +175,16 @@ def routable(c: Cluster, i: int) -> bool:
 
 async def _close(session: object) -> None:
     session.close()  # type: ignore[attr-defined]
+
+
+def test_the_usage_says_what_the_engine_found_cached(cluster: Cluster) -> None:
+    c = cluster
+    client = openai.OpenAI(base_url=f"{c.http_url}/v1", api_key="none", max_retries=0)
+    first = client.chat.completions.create(model=MODEL, messages=chat("once"), max_tokens=2)  # type: ignore[arg-type]
+    again = client.chat.completions.create(model=MODEL, messages=chat("twice"), max_tokens=2)  # type: ignore[arg-type]
+    client.close()
+    assert first.usage is not None and again.usage is not None
+    details = again.usage.prompt_tokens_details
+    # (the second goes where the first's prefix is cached: its whole blocks are found there)
+    assert details is not None and details.cached_tokens is not None
+    assert details.cached_tokens >= 16 * (len(prompt_names("twice")) - 1)

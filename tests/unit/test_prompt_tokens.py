@@ -76,3 +76,46 @@ def test_a_tokenizer_that_cannot_load_is_tried_once_and_gives_none(tmp_path: Pat
     assert not tokens.ready("m")
     assert tokens.ids("m", gen(prompt=TEXT)) is None
     assert tokens.ids("m", gen(prompt=TEXT)) is None  # (and not tried again)
+
+
+def test_long_texts_are_cut_before_a_word_at_the_same_places_whatever_follows() -> None:
+    from gateway.prompt_tokens import chunks
+
+    text = TEXT * 8
+    a, b = chunks(text + " one ending"), chunks(text + " another, longer ending")
+    assert "".join(a) == text + " one ending"
+    assert len(a) > 3 and a[:-1] == b[:-1]
+    assert all(p.startswith(" ") and not p[1].isspace() for p in a[1:])
+
+
+def test_a_shared_prefix_is_encoded_once_and_its_ids_are_the_whole_texts() -> None:
+    from engine_sidecar.backends.sim.tokenizer import SimTokenizer
+    from gateway.prompt_tokens import ChunkedEncoder
+
+    calls: list[int] = []
+
+    class Counting(SimTokenizer):
+        def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+            calls.append(len(text))
+            return super().encode(text, add_special_tokens=add_special_tokens)
+
+    enc = ChunkedEncoder(Counting())
+    assert enc.piecewise
+    text = TEXT * 8
+    for ending in (" and so on", " and then some more"):
+        assert enc.encode(text + ending, True) == SimTokenizer().encode(text + ending)
+    calls.clear()
+    enc.encode(text + " a third", True)
+    assert len(calls) == 2  # (the first piece, with its special tokens, and the last: new)
+
+
+def test_a_tokenizer_that_encodes_pieces_otherwise_is_given_whole_texts() -> None:
+    from gateway.prompt_tokens import ChunkedEncoder
+
+    class Marking:  # (as a tokenizer that starts every text with a marker, sentencepiece-like)
+        def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+            return [9999, *(ord(c) for c in text)]
+
+    enc = ChunkedEncoder(Marking())
+    assert not enc.piecewise
+    assert enc.encode(TEXT * 8, False) == [9999, *(ord(c) for c in TEXT * 8)]

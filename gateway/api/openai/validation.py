@@ -187,7 +187,8 @@ class BodyDecoder(Generic[_S]):
             pass  # (the decode below says what)
         req = decode_json(self._tolerant, body, self._expected)
         # (the keys of unknown fields are read here only: one may not be valid UTF-8)
-        return req, unknown_of(decode_json(_KEYS, body, self._expected), self._known)
+        keys: dict[str, msgspec.Raw] = decode_json(_KEYS, body, self._expected)
+        return req, unknown_of(keys, self._known)
 
 
 def not_served(name: str, what: str) -> InvalidRequest:
