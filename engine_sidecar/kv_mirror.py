@@ -52,7 +52,16 @@ class KvView:
 
 
 class KvMirror:
-    __slots__ = ("block_size", "held", "max_blocks", "max_pending", "resyncs", "views")
+    __slots__ = (
+        "block_size",
+        "clears",
+        "gaps",
+        "held",
+        "max_blocks",
+        "max_pending",
+        "resyncs",
+        "views",
+    )
 
     def __init__(
         self, block_size: int, max_pending: int = 200_000, max_blocks: int = 4_000_000
@@ -65,6 +74,8 @@ class KvMirror:
         self.held: set[int] = set()
         self.views: set[KvView] = set()
         self.resyncs = 0  # views that gave up their changes for a snapshot
+        self.clears = 0  # times the whole cache was dropped (by the engine, or a gap)
+        self.gaps = 0  # ... of them for a gap in the engine's events that could not be filled
 
     def view(self, wake: Callable[[], None]) -> KvView:
         """A new link's view (its first `take` is the snapshot); `wake` is called when it has
@@ -108,6 +119,7 @@ class KvMirror:
     def cleared(self) -> None:
         """The engine holds nothing (AllBlocksCleared, a restart, a gap in its events)."""
         self.held = set()
+        self.clears += 1
         for v in self.views:
             v.cleared = True
             v.stored = set()

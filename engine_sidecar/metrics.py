@@ -15,6 +15,14 @@ engine loop pays nothing. Names follow vLLM's so dashboards built for vLLM work 
     shardgate_sidecar_max_num_seqs   gauge    the running batch's size limit
     shardgate_sidecar_links          gauge    open gateway links
     shardgate_sidecar_inflight       gauge    requests the sidecar is serving
+    shardgate_sidecar_kv_blocks      gauge    prefix-cache blocks the engine reports it holds
+    shardgate_sidecar_kv_clears_total  counter  times its whole cache was dropped (the engine's
+                                              AllBlocksCleared, or a gap in its events)
+    shardgate_sidecar_kv_replay_gaps_total  counter  gaps in the engine's KV events that its
+                                              replay could not fill
+    shardgate_sidecar_kv_resyncs_total  counter  links sent a snapshot again (they fell behind)
+
+(the kv series only where the sidecar reports its engine's cache)
 
 The vllm: series carry `model_name`, as vLLM's do.
 """
@@ -32,6 +40,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from engine_sidecar.backend import LoadSnapshot
+from engine_sidecar.kv_mirror import KvMirror
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +106,35 @@ class _SnapshotCollector(Collector):
         yield from plain
 
 
+class _KvCollector(Collector):
+    def __init__(self, kv: Callable[[], KvMirror | None]) -> None:
+        self._kv = kv
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    @staticmethod
+    def _families() -> list[Metric]:
+        return [
+            GaugeMetricFamily("shardgate_sidecar_kv_blocks", "Prefix-cache blocks held."),
+            CounterMetricFamily("shardgate_sidecar_kv_clears", "Whole-cache drops."),
+            CounterMetricFamily(
+                "shardgate_sidecar_kv_replay_gaps", "KV event gaps the replay did not fill."
+            ),
+            CounterMetricFamily("shardgate_sidecar_kv_resyncs", "Links sent a snapshot again."),
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        mirror = self._kv()
+        if mirror is None:
+            return iter(())
+        families = self._families()
+        values = (len(mirror.held), mirror.clears, mirror.gaps, mirror.resyncs)
+        for family, value in zip(families, values, strict=True):
+            family.add_metric([], value)  # type: ignore[attr-defined]
+        return iter(families)
+
+
 class SidecarMetrics:
     """Serves GET /metrics on its own aiohttp server."""
 
@@ -107,9 +145,12 @@ class SidecarMetrics:
         *,
         links: Count | None = None,
         inflight: Count | None = None,
+        kv: Callable[[], KvMirror | None] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_SnapshotCollector(load, model_name, links, inflight))
+        if kv is not None:
+            self.registry.register(_KvCollector(kv))
         self._runner: web.AppRunner | None = None
 
     def render(self) -> tuple[bytes, str]:

@@ -14,7 +14,7 @@ from engine_sidecar.backends.sim import SimBackend
 from engine_sidecar.config import SidecarConfig
 from engine_sidecar.hub import Hub
 from engine_sidecar.metrics import SidecarMetrics
-from engine_sidecar.servicer import EngineServicer
+from engine_sidecar.servicer import EngineServicer, kv_mirror
 from engine_sidecar.tcp_link import TcpLinkServer
 from gateway import tasks
 from gateway.tls import TlsFiles
@@ -101,6 +101,7 @@ class Sidecar:
                 self.backend.info().models[0].name,
                 links=lambda: self.servicer.links + self.tcp_link.open,
                 inflight=lambda: self.hub.inflight,
+                kv=lambda: kv_mirror(self.backend),
             )
             self.metrics_port = await self._metrics.start(
                 self.config.host, self.config.metrics_port, self._front

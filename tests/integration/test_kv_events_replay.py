@@ -126,6 +126,7 @@ async def test_a_gap_the_replay_no_longer_covers_drops_what_is_known(
         publisher._seq_gen = itertools.count(5)
         publisher.publish(batch(stored([b"z"], None, [7, 7, 7, 7])))
         await until_async(lambda: sub.gaps == 1, what="the gap")
+        assert mirror.gaps == 1 and mirror.clears == 1
         await until_async(lambda: mirror.held == set(names([7, 7, 7, 7])), what="what follows")
     finally:
         await tasks.stop(task)

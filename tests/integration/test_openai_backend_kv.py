@@ -9,8 +9,6 @@ from typing import Any
 import openai
 import pytest
 import pytest_asyncio
-from shardgate.v1.kvblocks import block_names, start
-from shardgate.v1.params import Generation, Message, Sampling
 
 from engine_sidecar.backends.openai.config import KvEventsSource, OpenAIConfig
 from engine_sidecar.config import SidecarConfig
@@ -18,6 +16,7 @@ from engine_sidecar.server import Sidecar
 from gateway.app import Gateway
 from gateway.config.loader import parse
 from tests.engines import require
+from tests.integration.kv_names import held_whole
 from tests.integration.poll import until_async
 
 pytestmark = pytest.mark.timeout(600)
@@ -65,17 +64,4 @@ async def test_the_servers_stored_blocks_reach_the_gateways_index(gateway: Gatew
     base = f"http://127.0.0.1:{gateway.http_port}/v1"
     async with openai.AsyncOpenAI(base_url=base, api_key="none", max_retries=0) as c:
         await c.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
-    g = Generation(
-        request_id="r",
-        model=MODEL,
-        messages=tuple(Message(role=m["role"], content=m["content"]) for m in messages),
-        sampling=Sampling(max_tokens=2),
-    )
-    ids = tokens.ids(MODEL, g)
-    assert ids is not None and len(ids) >= 2 * BLOCK
-    names = block_names(ids, BLOCK, start(MODEL))
-    index = caches.index
-    index.speculative_s = 0.0
-    await until_async(
-        lambda: index.matched(names, 0.0).get("kv-0", 0) == len(names), 30.0, "the server's blocks"
-    )
+    await held_whole(gateway, "kv-0", MODEL, messages, 2)

@@ -11,8 +11,8 @@ from typing import Any
 import openai
 import pytest
 import pytest_asyncio
-from shardgate.v1.kvblocks import block_names, start
 
+from tests.integration.kv_names import held_whole
 from tests.integration.poll import until_async
 from tests.integration.vllm_cluster import VllmCluster, vllm_cluster
 
@@ -43,21 +43,5 @@ async def test_vllms_stored_blocks_are_named_as_the_gateway_names_the_prompt(
     ]
     async with openai.AsyncOpenAI(base_url=cluster.base_url, api_key="none", max_retries=0) as c:
         await c.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
-    # What the gateway makes of the same conversation (as routing does)
-    from shardgate.v1.params import Generation, Message, Sampling
-
-    g = Generation(
-        request_id="r",
-        model=MODEL,
-        messages=tuple(Message(role=m["role"], content=m["content"]) for m in messages),
-        sampling=Sampling(max_tokens=2),
-    )
-    ids = tokens.ids(MODEL, g)
-    assert ids is not None and len(ids) > 3 * caches.block_size(sidecar)
-    names = block_names(ids, caches.block_size(sidecar), start(MODEL))
-    index = caches.index
-    index.speculative_s = 0.0  # (what the engine says only)
-    await until_async(
-        lambda: index.matched(names, 0.0).get(sidecar, 0) == len(names), 30.0, "vLLM's blocks"
-    )
+    names = await held_whole(gw, sidecar, MODEL, messages, 3)
     assert caches.snapshots >= 1 and caches.events >= len(names)

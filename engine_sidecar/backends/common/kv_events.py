@@ -222,6 +222,7 @@ class KvSubscriber:
             "" if until is None else f" to {until - 1}",
         )
         self.gaps += 1
+        self.namer.mirror.gaps += 1
         self.namer.cleared()
 
     def _apply(self, seq: int, payload: bytes) -> bool:
@@ -234,6 +235,7 @@ class KvSubscriber:
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             log.warning("KV events: batch %d does not decode (%s): cache state dropped", seq, e)
             self.gaps += 1
+            self.namer.mirror.gaps += 1
             self.namer.cleared()
             return False
         self.batches += 1

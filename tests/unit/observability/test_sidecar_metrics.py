@@ -69,3 +69,26 @@ async def test_link_counts_are_optional_and_stop_is_idempotent() -> None:
     await metrics.start("127.0.0.1", 0)
     await metrics.stop()
     await metrics.stop()
+
+
+def test_the_kv_cache_series_are_there_only_while_the_backend_reports_its_cache() -> None:
+    from engine_sidecar.kv_mirror import KvMirror
+
+    mirror: list[KvMirror | None] = [None]
+    metrics = SidecarMetrics(
+        lambda: LoadSnapshot(running=0, waiting=0, kv_usage=0.0, max_num_seqs=4, ready=True),
+        "m",
+        kv=lambda: mirror[0],
+    )
+    s = parse(metrics.render()[0])
+    assert not any(name.startswith("shardgate_sidecar_kv") for name, _ in s)
+    m = mirror[0] = KvMirror(16)
+    m.stored([1, 2, 3])
+    m.cleared()
+    m.stored([4])
+    m.gaps = 1
+    s = parse(metrics.render()[0])
+    assert value(s, "shardgate_sidecar_kv_blocks") == 1
+    assert value(s, "shardgate_sidecar_kv_clears_total") == 1
+    assert value(s, "shardgate_sidecar_kv_replay_gaps_total") == 1
+    assert value(s, "shardgate_sidecar_kv_resyncs_total") == 0
