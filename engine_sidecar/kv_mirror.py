@@ -86,7 +86,7 @@ class KvMirror:
 
     def stored(self, names: Iterable[int]) -> None:
         held = self.held
-        new = [n for n in names if n not in held]
+        new = [n for n in dict.fromkeys(names) if n not in held]  # (a name once, in order)
         if not new:
             return
         held.update(new)
@@ -103,7 +103,7 @@ class KvMirror:
 
     def removed(self, names: Iterable[int]) -> None:
         held = self.held
-        gone = [n for n in names if n in held]
+        gone = [n for n in dict.fromkeys(names) if n in held]
         if not gone:
             return
         held.difference_update(gone)

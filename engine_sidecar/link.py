@@ -80,11 +80,13 @@ class LinkSession:
             self._registry.add(self)
         if self._kv_mirror is not None:
             self._kv = self._kv_mirror.view(self.box.wake)
-        # (read once registered: no announcement and no KV change is missed)
-        yield Batch([], self._report(), self._info(), self._kv.take() if self._kv else None)
-        reader = asyncio.create_task(self._read(requests))
-        ticker = asyncio.create_task(self._tick())
+        started: list[asyncio.Task[None]] = []
         try:
+            # (read once registered: no announcement and no KV change is missed; inside the
+            # try, so that a link that ends at its first message leaves nothing behind)
+            yield Batch([], self._report(), self._info(), self._kv.take() if self._kv else None)
+            started.append(asyncio.create_task(self._read(requests)))
+            started.append(asyncio.create_task(self._tick()))
             while True:
                 await self.box.wait()
                 if self._closed:
@@ -100,7 +102,7 @@ class LinkSession:
                 self._kv.close()
             if self._registry is not None:
                 self._registry.discard(self)
-            await tasks.stop_all([reader, ticker])
+            await tasks.stop_all(started)
             self._hub.release(self.box)
 
     def _build(self) -> Batch:

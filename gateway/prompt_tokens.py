@@ -202,10 +202,14 @@ class ChunkedEncoder:
         )
         tok = self.tokenizer
         try:
-            whole = list(tok.encode(sample, add_special_tokens=False))
-            parts: list[int] = []
-            for part in chunks(sample, 200):
-                parts.extend(tok.encode(part, add_special_tokens=False))
+            for special in (False, True):  # (special tokens with the first piece only)
+                whole = list(tok.encode(sample, add_special_tokens=special))
+                pieces = chunks(sample, 200)
+                parts = list(tok.encode(pieces[0], add_special_tokens=special))
+                for part in pieces[1:]:
+                    parts.extend(tok.encode(part, add_special_tokens=False))
+                if parts != whole:
+                    return False
         except Exception:
             return False
-        return parts == whole
+        return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def stored(hashes: list[int], parent: int | None, tokens: list[int]) -> Any:
 def batch(*events: Any) -> Any:
     from vllm.distributed.kv_events import KVEventBatch
 
-    return KVEventBatch(ts=0.0, events=list(events))
+    return KVEventBatch(ts=time.time(), events=list(events))  # (the engine's clock, as vLLM's)
 
 
 @pytest.fixture
@@ -130,3 +131,42 @@ async def test_a_gap_the_replay_no_longer_covers_drops_what_is_known(
         await until_async(lambda: mirror.held == set(names([7, 7, 7, 7])), what="what follows")
     finally:
         await tasks.stop(task)
+
+
+async def test_a_restarted_engine_numbering_again_from_zero_clears_what_it_held(
+    tmp_path: Path,
+) -> None:
+    require("vllm")
+    from vllm.distributed.kv_events import ZmqEventPublisher
+
+    def publisher() -> Any:
+        return ZmqEventPublisher(0, f"ipc://{tmp_path}/pub", f"ipc://{tmp_path}/replay")
+
+    mirror = KvMirror(BS)
+    sub = subscriber(tmp_path, mirror)
+    first = publisher()
+    task = asyncio.create_task(sub.run())
+    try:
+        await asyncio.wait_for(sub.connected.wait(), 10)
+        first.publish(batch(stored([b"a"], None, [1, 2, 3, 4])))
+        first.publish(batch(stored([b"b"], None, [5, 6, 7, 8])))
+        for _ in range(198):  # (its numbers go well past what the second's will be)
+            first.publish(batch())
+        await until_async(lambda: sub.last_seq == 199, what="the first engine's batches")
+        assert len(mirror.held) == 2
+        first.shutdown()
+        second = publisher()  # (its batches numbered from 0 again)
+        try:
+            await until_async(lambda: sub.restarts == 1 or _again(second), what="a restart")
+            await until_async(lambda: mirror.held == set(names([9, 9, 9, 9])), what="new blocks")
+            assert sub.restarts == 1 and sub.gaps == 0
+        finally:
+            second.shutdown()
+    finally:
+        await tasks.stop(task)
+
+
+def _again(pub: Any) -> bool:
+    """Publish the second engine's first block until the subscriber (reconnecting) sees it."""
+    pub.publish(batch(stored([b"z"], None, [9, 9, 9, 9])))
+    return False

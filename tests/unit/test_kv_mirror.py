@@ -97,3 +97,51 @@ def test_a_closed_view_hears_nothing_more() -> None:
     v.close()
     m.stored([1])
     assert wakes == [] and m.views == set()
+
+
+def test_a_name_said_twice_in_one_call_counts_once() -> None:
+    m = KvMirror(16)
+    m.stored([1])
+    v = m.view(lambda: None)
+    v.take()
+    m.removed([1])
+    m.stored([1, 1])
+    m.removed([1])
+    assert m.held == set()
+    assert told(v) == (False, {1}, set())
+    m.stored([2])
+    m.removed([2, 2])
+    m.stored([2])
+    assert told(v) == (False, set(), {2})
+
+
+async def test_a_link_that_ends_at_its_first_message_leaves_no_view_behind() -> None:
+    import asyncio
+    from collections.abc import AsyncIterator
+    from typing import Any
+
+    from shardgate.v1 import engine_pb2 as pb
+
+    from engine_sidecar.backends.sim import SimConfig
+    from engine_sidecar.backends.sim.engine import SimBackend
+    from engine_sidecar.hub import Hub
+    from engine_sidecar.link import LinkSession
+
+    backend = SimBackend(SimConfig())
+    mirror = KvMirror(16)
+    mirror.stored([7])
+    sessions: set[LinkSession] = set()
+    session = LinkSession(
+        Hub(backend), pb.InfoReply, backend.load, 1.0, 100, lambda: True, sessions, mirror
+    )
+
+    async def nothing() -> AsyncIterator[Any]:
+        await asyncio.Event().wait()
+        yield  # (never)
+
+    link = session.run(nothing())
+    first = await link.__anext__()
+    assert first.kv is not None and first.kv.cleared and list(first.kv.stored) == [7]
+    assert len(mirror.views) == 1 and sessions == {session}
+    await link.aclose()  # (the transport gave up on it: a cancelled call, a write timeout)
+    assert mirror.views == set() and sessions == set()

@@ -16,7 +16,9 @@ has cached blocks.
 `KvSubscriber` keeps the stream whole: a gap in `seq` is filled from the replay endpoint when
 the engine still has it; otherwise (or with no replay endpoint) what the engine holds is no
 longer known, and the mirror is cleared (the gateway then learns it again as blocks are
-stored; a block whose parent is unknown cannot be named and is left out).
+stored; a block whose parent is unknown cannot be named and is left out). A batch newer than
+the last one applied (its time) under a number already seen is a restarted engine's: the
+mirror is cleared and the numbering starts again there.
 """
 
 from __future__ import annotations
@@ -176,6 +178,8 @@ class KvSubscriber:
         self.batches = 0  # batches applied
         self.replayed = 0  # ... of them from the replay endpoint
         self.gaps = 0  # gaps not filled: the mirror was cleared
+        self.restarts = 0  # the engine restarted (numbered its batches from 0 again)
+        self.last_ts = 0.0  # the last applied batch's time (the engine's clock)
         self.connected = asyncio.Event()  # set once subscribed (and caught up, with replay)
 
     async def run(self) -> None:
@@ -191,9 +195,7 @@ class KvSubscriber:
             if self.replay_endpoint is not None:
                 # What the engine did before we (re)joined, as far as it still keeps it.
                 last = self.last_seq
-                want = 0 if last is None else last + 1
-                if not await self._replay(ctx, want, None) and last is not None:
-                    self._missed(want, None)
+                await self._catch_up(ctx, 0 if last is None else last + 1, None, last is not None)
             self.connected.set()
             while True:
                 # (no deadline: an idle engine publishes nothing; cancellation ends the wait)
@@ -205,14 +207,32 @@ class KvSubscriber:
                 seq, payload = parsed
                 last = self.last_seq
                 if last is not None and seq > last + 1:
-                    filled = self.replay_endpoint is not None and await self._replay(
-                        ctx, last + 1, seq
-                    )
-                    if not filled:
+                    if self.replay_endpoint is None:
                         self._missed(last + 1, seq)
+                    else:
+                        await self._catch_up(ctx, last + 1, seq, True)
                 self._apply(seq, payload)
         finally:
             sub.close(0)
+
+    async def _catch_up(self, ctx: Any, want: int, until: int | None, known: bool) -> None:
+        """Apply the engine's buffered batches from `want` (before `until`). When it no longer
+        has `want` (and earlier batches were `known`), what is known is dropped first."""
+        got = await self._fetch(ctx, want)
+        # (none at all: nothing was published since; the buffer drops its oldest first)
+        if known and (got is None or (got and got[0][0] != want)):
+            self._missed(want, until)
+        for seq, payload in got or ():
+            if until is None or seq < until:
+                self.replayed += self._apply(seq, payload)
+
+    def restarted(self) -> None:
+        """The engine is known to have restarted (its server answered again after dying): its
+        cache is empty, and its batches are numbered from 0 again."""
+        self.last_seq = None
+        self.last_ts = 0.0
+        self.restarts += 1
+        self.namer.cleared()
 
     def _missed(self, first: int, until: int | None) -> None:
         log.warning(
@@ -226,10 +246,6 @@ class KvSubscriber:
         self.namer.cleared()
 
     def _apply(self, seq: int, payload: bytes) -> bool:
-        last = self.last_seq
-        if last is not None and seq <= last:
-            return False  # (applied already: a replay and the stream overlap)
-        self.last_seq = seq
         try:
             batch = _DECODE.decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -237,21 +253,32 @@ class KvSubscriber:
             self.gaps += 1
             self.namer.mirror.gaps += 1
             self.namer.cleared()
+            self.last_seq = seq if self.last_seq is None else max(seq, self.last_seq)
             return False
+        last = self.last_seq
+        if last is not None and seq <= last:
+            if batch.ts <= self.last_ts:
+                return False  # (applied already: a replay and the stream overlap)
+            # A newer batch under an old number: the engine restarted (its numbers start again
+            # from 0), with an empty cache.
+            log.info("KV events: the engine restarted (batch %d after %d)", seq, last)
+            self.restarts += 1
+            self.namer.cleared()
+        self.last_seq = seq
+        self.last_ts = batch.ts
         self.batches += 1
         self.namer.apply(batch)
         return True
 
-    async def _replay(self, ctx: Any, from_seq: int, until: int | None) -> bool:
-        """Apply the buffered batches from `from_seq` (before `until`); True when none was
-        lost: the engine still had `from_seq`, or has published nothing since."""
+    async def _fetch(self, ctx: Any, from_seq: int) -> list[tuple[int, bytes]] | None:
+        """The batches the engine still buffers from `from_seq` on (None: no answer)."""
         import zmq
 
         assert self.replay_endpoint is not None
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self.replay_endpoint)
-        first: int | None = None
+        got: list[tuple[int, bytes]] = []
         try:
             async with asyncio.timeout(self.timeout_s):
                 await sock.send_multipart([b"", from_seq.to_bytes(_SEQ, "big")])
@@ -260,20 +287,14 @@ class KvSubscriber:
                     parsed = _parse(frames[1:] if frames[:1] == [b""] else frames)
                     if parsed is None:
                         continue
-                    seq, payload = parsed
-                    if seq == END_SEQ:
-                        break
-                    if first is None:
-                        first = seq
-                    if until is None or seq < until:
-                        self.replayed += self._apply(seq, payload)
+                    if parsed[0] == END_SEQ:
+                        return got
+                    got.append(parsed)
         except TimeoutError:
             log.warning("KV events: the replay endpoint %s did not answer", self.replay_endpoint)
-            return False
+            return None
         finally:
             sock.close(0)
-        # (none at all: nothing was published since; the buffer drops its oldest first)
-        return first is None or first == from_seq
 
 
 def _parse(frames: list[bytes]) -> tuple[int, bytes] | None:

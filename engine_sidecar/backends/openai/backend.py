@@ -156,6 +156,7 @@ class OpenAIBackend:
                 namer, kv.endpoint, kv.replay_endpoint, kv.topic, kv.replay_timeout_s
             )
             self.kv_subscriber = sub
+            monitor.on_back = sub.restarted  # (its cache died with it)
             self._kv_task = asyncio.create_task(sub.run(), name="openai-kv-events")
         self._sink = sink
         self._batcher = StepBatcher(sink, asyncio.get_running_loop())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import aiohttp
 
@@ -31,6 +32,8 @@ class Monitor:
         self.has_metrics = True
         self._seen_up = False  # (no error logged for a server that has not started yet)
         self._task: asyncio.Task[None] | None = None
+        # Called when a server that died answers again (a restarted server: a new engine).
+        self.on_back: Callable[[], None] | None = None
 
     @property
     def alive(self) -> bool:
@@ -52,6 +55,8 @@ class Monitor:
             return False
         if not self.alive and self._seen_up:
             log.info("engine server %s answers again", self._config.url)
+            if self.on_back is not None:
+                self.on_back()
         self.failures = 0
         self._seen_up = True
         return True

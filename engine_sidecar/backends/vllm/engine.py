@@ -101,7 +101,17 @@ async def start_engine(
         engine.kv = KvMirror(block_size)
         sub = KvSubscriber(BlockNamer(config.served_name, engine.kv), *endpoints)
         engine.kv_subscriber = sub
-        engine.kv_task = asyncio.create_task(sub.run(), name="vllm-kv-events")
-        async with asyncio.timeout(10):
-            await sub.connected.wait()  # (subscribed before the first request runs)
+        task = engine.kv_task = asyncio.create_task(sub.run(), name="vllm-kv-events")
+        waiter = asyncio.ensure_future(sub.connected.wait())
+        try:  # (subscribed before the first request runs)
+            async with asyncio.timeout(10):
+                await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                task.result()  # (raises what ended it)
+                raise RuntimeError("the KV event subscriber ended at start")
+        except BaseException:
+            engine.shutdown(config.shutdown_timeout_s)
+            raise
+        finally:
+            waiter.cancel()
     return engine
