@@ -39,6 +39,10 @@ def vllm_config(tiny_dir: Path) -> VllmConfig:
         max_num_seqs=VLLM_MAX_NUM_SEQS,
         max_num_batched_tokens=1024,
         kv_cache_memory_bytes=64 << 20,
+        # (off in the session's shared engine: its subscriber shares the tests' event loop with
+        # the engine's output handler, and the byte-exact stream tests need that loop's lag
+        # low; tests/integration/test_vllm_kv_events.py starts an engine of its own with them)
+        kv_events=False,
         enable_auto_tool_choice=True,
         tool_call_parser="pythonic",
         env={"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"},

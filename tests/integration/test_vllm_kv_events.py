@@ -11,7 +11,9 @@ from typing import Any
 import openai
 import pytest
 import pytest_asyncio
+from msgspec.structs import replace
 
+from tests.engines import require, vllm_config
 from tests.integration.kv_names import held_whole
 from tests.integration.poll import until_async
 from tests.integration.vllm_cluster import VllmCluster, vllm_cluster
@@ -23,9 +25,17 @@ SYSTEM = "You answer questions about rivers. " * 30
 
 
 @pytest_asyncio.fixture(scope="module")
-async def cluster(tiny_model_dir: Path, vllm_engine: Any) -> AsyncIterator[VllmCluster]:
-    async with vllm_cluster(tiny_model_dir, vllm_engine, "  default_max_tokens: 4") as c:
-        yield c
+async def cluster(tiny_model_dir: Path) -> AsyncIterator[VllmCluster]:
+    """An engine of its own, publishing its KV events (the session's shared one does not)."""
+    require("vllm")
+    from engine_sidecar.backends.vllm.engine import start_engine
+
+    engine = await start_engine(replace(vllm_config(tiny_model_dir), kv_events=True))
+    try:
+        async with vllm_cluster(tiny_model_dir, engine, "  default_max_tokens: 4") as c:
+            yield c
+    finally:
+        engine.shutdown(10.0)
 
 
 async def test_vllms_stored_blocks_are_named_as_the_gateway_names_the_prompt(
@@ -33,7 +43,7 @@ async def test_vllms_stored_blocks_are_named_as_the_gateway_names_the_prompt(
 ) -> None:
     gw = cluster.gateway
     sidecar = cluster.sidecar.config.name
-    caches, tokens = gw.fleet.caches, gw.fleet.tokens
+    caches, tokens = gw.fleet.kv.caches, gw.fleet.kv.tokens
     assert caches.block_size(sidecar) > 0
     assert tokens.spec(MODEL)  # (the model's directory, named in the sidecar's Info)
     await until_async(lambda: tokens.ready(MODEL), 60.0, "the gateway's tokenizer")
