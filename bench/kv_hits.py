@@ -33,16 +33,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.kv_routing import POLICIES as ROUTING
 from bench.kv_routing import metrics, wait_ready
 from bench.plan import words
 
 POLICIES: dict[str, str] = {
-    "random": "{profile: {scorers: [], picker: {type: random}}}",
-    "approximate": (
-        "{profile: {scorers: [{type: load, weight: 1}, "
-        "{type: prefix, weight: 1, params: {engine_events: false}}]}}"
-    ),
-    "precise": "{profile: {scorers: [{type: load, weight: 1}, {type: prefix, weight: 1}]}}",
+    **ROUTING,
     "sticky": "{profile: {scorers: [{type: session, weight: 1, params: {load_epsilon: null}}]}}",
     # What the engines cache and nothing else: the replica holding most of the prompt.
     "oracle": (

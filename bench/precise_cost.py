@@ -74,7 +74,7 @@ def main() -> None:
     caches.index.speculative_s = 0.0
     names = [f"sim-{i}" for i in range(a.replicas)]
     for n in names:
-        caches.announced(n, 16, {MODEL: "sim"})
+        caches.announced(n, 16)
     reqs = requests(a, prefixes)
     for g in range(len(prefixes)):  # each group's prefix cached on one replica
         ids = tokens.ids(MODEL, reqs[g].generation) or []

@@ -27,6 +27,7 @@ from gateway.discovery.dns import DnsSource, Resolver, getaddrinfo
 from gateway.discovery.kubernetes import KubernetesSource
 from gateway.discovery.runner import Discovery, Source
 from gateway.discovery.srv import srv_resolver
+from gateway.observability.callbacks import heartbeat_ages
 from gateway.observability.discovery import DiscoveryCollector
 from gateway.observability.gc_pauses import GcPauses
 from gateway.observability.kv_metrics import KvCollector
@@ -179,8 +180,8 @@ class Gateway:
         self.service.fallbacks = dict(config.fallbacks)
         self.scheduler.on_queue_wait = self.reporter.queue_wait
         self.fleet.on_change = self.scheduler.capacity_changed
-        self.metrics.register_heartbeat_age(self.fleet.heartbeat_ages)
-        self.metrics.registry.register(KvCollector(self.fleet.caches))
+        self.metrics.register_heartbeat_age(lambda: heartbeat_ages(self.fleet.links))
+        self.metrics.registry.register(KvCollector(self.fleet.kv.caches))
         self.reloader: Reloader | None = None
         if config_path is not None:
             self.reloader = Reloader(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Protocol
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -13,6 +15,19 @@ log = logging.getLogger(__name__)
 HEARTBEAT_AGE = "shardgate_link_heartbeat_age_seconds"
 
 HeartbeatAges = Callable[[], Mapping[str, float]]
+
+
+class Linked(Protocol):
+    @property
+    def address(self) -> str: ...
+    @property
+    def last_heartbeat(self) -> float: ...  # time.monotonic() of its last load report; 0: none
+
+
+def heartbeat_ages(links: Iterable[Linked]) -> dict[str, float]:
+    """Seconds since each link's last load report, by sidecar address."""
+    now = time.monotonic()
+    return {link.address: now - link.last_heartbeat for link in links if link.last_heartbeat}
 
 
 class CallbackCollector(Collector):

@@ -16,7 +16,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from gateway import tasks
 from gateway.config.routing import HealthSettings
@@ -24,16 +23,12 @@ from gateway.config.schema import LinkSettings, SidecarEndpoint
 from gateway.observability.labels import ReplicaState
 from gateway.policy.health import Health, HeartbeatMonitor, heartbeat_interval_s
 from gateway.policy.progress import StallDetector
-from gateway.policy.routing.engine_cache import EngineCaches
 from gateway.policy.routing.replicas import Assembly, assemble, broken_since
 from gateway.policy.routing.snapshot import EndpointSnapshot, Replica
-from gateway.prompt_tokens import PromptTokens
 from gateway.runtime.events import EventQueue, LinkBeat, LinkDown, LinkUp
+from gateway.runtime.kv_feed import KvFeed
 from gateway.types import Unavailable
 from gateway.upstream.link import EngineLink
-
-if TYPE_CHECKING:
-    from shardgate.v1 import engine_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +73,13 @@ class Fleet:
         self._ready: dict[str, bool] = {}  # each link's `load.ready` as last assembled
         self._task: asyncio.Task[None] | None = None
         self._drains: set[asyncio.Task[None]] = set()
-        # What the engines report they cache (KV events), and the prompt tokenizers that name a
-        # request's blocks alike (configured from `routing.kv` by the supervisor).
-        self.caches = EngineCaches()
-        self.tokens = PromptTokens(65_536)
+        self.kv = KvFeed()  # what the engines report they cache (KV events), as links tell it
         for e in endpoints:
             self._add(EngineLink(e.name, e.address, settings))
 
     def _add(self, link: EngineLink) -> None:
         link.listener = self
-        link.kv = self
+        link.kv = self.kv
         self.links.append(link)
         self.by_name[link.name] = link
 
@@ -101,7 +93,7 @@ class Fleet:
         for t in [t for t in (self._task, *self._drains) if t is not None]:
             await tasks.stop(t)
         await asyncio.gather(*(link.close() for link in (*self.links, *self.draining)))
-        await self.tokens.close()
+        await self.kv.close()
 
     async def wait_connected(self, timeout_s: float) -> bool:
         done = await asyncio.gather(*(link.wait_connected(timeout_s) for link in self.links))
@@ -128,8 +120,7 @@ class Fleet:
                 continue
             self.links.remove(link)
             del self.by_name[link.name]
-            link.kv = None
-            self.caches.forget(link.name)
+            self.kv.forget(link)
             self.monitors.pop(link.name, None)
             self.stalls.forget(link.name)
             self.draining.append(link)
@@ -166,20 +157,6 @@ class Fleet:
         finally:
             self.draining.remove(link)
             await link.close()
-
-    # -- what the engines cache (from the links' readers, applied at once) -----------------------
-    def kv_announced(self, sidecar: str, info: pb.InfoReply) -> None:
-        tokenizers = {c.name: c.tokenizer for c in info.models}
-        self.caches.announced(sidecar, info.kv_block_size, tokenizers)
-        if info.kv_block_size > 0:
-            for model, spec in tokenizers.items():
-                self.tokens.named(model, spec)
-
-    def kv_events(self, sidecar: str, events: pb.KvEvents) -> None:
-        self.caches.apply(sidecar, events)
-
-    def kv_lost(self, sidecar: str) -> None:
-        self.caches.lost(sidecar)
 
     # -- what the links tell (from their readers: posted, handled as events) ---------------------
     def link_up(self, link: EngineLink) -> None:
@@ -398,13 +375,6 @@ class Fleet:
         return {
             m: (max_len, sum(1 for r in pools.get(m, ()) if r.routable))
             for m, max_len in self.seen_models.items()
-        }
-
-    def heartbeat_ages(self) -> dict[str, float]:
-        """Seconds since each link's last load report (for the metrics)."""
-        now = time.monotonic()
-        return {
-            link.address: now - link.last_heartbeat for link in self.links if link.last_heartbeat
         }
 
     def replica_states(self, ejected: Callable[[str], bool]) -> dict[str, ReplicaState]:

@@ -66,17 +66,17 @@ class Supervisor:
         self.router = router
 
     def _router(self, routing: RoutingSettings) -> Router:
-        f = self._fleet
-        return Router(routing, self.outliers, caches=f.caches, tokens=f.tokens)
+        kv = self._fleet.kv
+        return Router(routing, self.outliers, caches=kv.caches, tokens=kv.tokens)
 
     def _configure_kv(self, routing: RoutingSettings) -> None:
-        kv, f = routing.kv, self._fleet
-        index = f.caches.index
+        kv, feed = routing.kv, self._fleet.kv
+        index = feed.caches.index
         index.max_blocks = kv.max_blocks
         index.max_speculative = kv.max_speculative
         index.speculative_s = kv.speculative_s
-        f.tokens.max_chars = kv.max_prompt_chars
-        f.tokens.overrides = dict(kv.tokenizers)
+        feed.tokens.max_chars = kv.max_prompt_chars
+        feed.tokens.overrides = dict(kv.tokenizers)
 
     # -- placement -----------------------------------------------------------------------
     def choose(self, job: Job, now: float, avoid: tuple[str, ...] = ()) -> Placement | None:

@@ -16,7 +16,7 @@ async def held_whole(
 ) -> list[int]:
     """Waits until the index says `sidecar`'s engine holds every whole block of `messages`'
     prompt, as the gateway names them (its tokenizer, the chat template applied): the names."""
-    caches, tokens = gateway.fleet.caches, gateway.fleet.tokens
+    caches, tokens = gateway.fleet.kv.caches, gateway.fleet.kv.tokens
     block_size = caches.block_size(sidecar)
     assert block_size > 0
     g = Generation(

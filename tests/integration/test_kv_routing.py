@@ -87,7 +87,7 @@ def held(c: Cluster, i: int, names: list[int]) -> int:
 
     async def read() -> int:
         assert c.gateway is not None
-        index = c.gateway.fleet.caches.index
+        index = c.gateway.fleet.kv.caches.index
         index.speculative_s = 0.0  # (what the engines say only: no guess of the gateway's)
         return index.matched(names, 0.0).get(c.sidecars[i].config.name, 0)
 
@@ -140,7 +140,7 @@ def test_the_index_recovers_after_a_link_cut_and_a_sidecar_restart(cluster: Clus
 
     # The link is cut (the engine keeps its cache): the gateway forgets, then the new link's
     # snapshot says it all again.
-    caches = c.gateway.fleet.caches
+    caches = c.gateway.fleet.kv.caches
     snapshots = caches.snapshots
     for session in list(c.sidecars[1].servicer.sessions):
         c.run(_close(session))

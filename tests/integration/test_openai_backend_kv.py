@@ -53,7 +53,7 @@ async def gateway(vllm_server: str, vllm_kv_events: tuple[str, str]) -> AsyncIte
 
 
 async def test_the_servers_stored_blocks_reach_the_gateways_index(gateway: Gateway) -> None:
-    caches, tokens = gateway.fleet.caches, gateway.fleet.tokens
+    caches, tokens = gateway.fleet.kv.caches, gateway.fleet.kv.tokens
     assert caches.block_size("kv-0") == BLOCK
     await until_async(lambda: tokens.ready(MODEL), 60.0, "the gateway's tokenizer")
     system = "Rivers of the north, their sources and their mouths. " * 14

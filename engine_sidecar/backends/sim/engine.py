@@ -65,8 +65,7 @@ class SimBackend:
         self._unhang = asyncio.Event()
         self._cold = config.first_step_delay_s > 0  # its first step is still to be delayed
         self._pending: list[EngineDelta] = []  # the running step's output, until it has run
-        reports = config.kv_events and config.enable_prefix_caching
-        self._kv = KvMirror(config.block_size) if reports else None
+        self._kv = KvMirror(config.block_size) if self.core.kv.records_events else None
 
     # --- Backend -------------------------------------------------------------------------
     def info(self) -> BackendInfo:

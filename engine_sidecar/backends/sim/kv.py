@@ -90,6 +90,10 @@ class BlockManager:
             first = self._starts[salt] = start(self.model, salt.decode("utf-8", "replace"))
         return block_names(token_ids, self.block_size, first)
 
+    @property
+    def records_events(self) -> bool:
+        return self._events is not None
+
     def take_events(self) -> list[tuple[int, bool]]:
         """(name, True: stored / False: removed) since the last call, in order; empty without
         `events`."""

@@ -11,7 +11,7 @@ Pure: the links call it from their readers, routing reads it. Counters for /metr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Protocol
 
 from gateway.policy.routing.kv_index import KvIndex
@@ -37,14 +37,12 @@ class EngineCaches:
         "index",
         "matched_requests",
         "snapshots",
-        "tokenizers",
         "unexpected",
     )
 
     def __init__(self, index: KvIndex | None = None) -> None:
         self.index = index or KvIndex()
         self.block_sizes: dict[str, int] = {}  # sidecar -> its engine's block size (reporting)
-        self.tokenizers: dict[str, str] = {}  # model -> the tokenizer its sidecars name
         self.events = 0  # block names stored or removed, applied
         self.snapshots = 0  # messages that cleared a sidecar first (a link's first, a resync)
         self.unexpected = 0  # messages from a sidecar that announced no block size
@@ -59,9 +57,9 @@ class EngineCaches:
         self.chosen_tokens += chosen_tokens
         self.best_tokens += best_tokens
 
-    def announced(self, sidecar: str, block_size: int, tokenizers: Mapping[str, str]) -> None:
+    def announced(self, sidecar: str, block_size: int) -> None:
         """A sidecar announced itself: it reports its cache in blocks of `block_size` tokens
-        (0: it does not). `tokenizers`: model -> the tokenizer it names ("" for none)."""
+        (0: it does not)."""
         if block_size > 0:
             if self.block_sizes.get(sidecar, block_size) != block_size:
                 self.index.cleared(sidecar)  # (another engine behind it now)
@@ -69,9 +67,6 @@ class EngineCaches:
         else:
             self.block_sizes.pop(sidecar, None)
             self.index.cleared(sidecar)
-        for model, tokenizer in tokenizers.items():
-            if tokenizer:
-                self.tokenizers[model] = tokenizer
 
     def apply(self, sidecar: str, msg: KvMessage) -> None:
         if sidecar not in self.block_sizes:

@@ -41,7 +41,7 @@ def features(ids: list[int] | None, model: str = "m", lora: str = "") -> Request
 def caches(**block_sizes: int) -> EngineCaches:
     c = EngineCaches()
     for name, bs in block_sizes.items():
-        c.announced(name, bs, {"m": "sim"})
+        c.announced(name, bs)
     return c
 
 
@@ -158,7 +158,7 @@ def test_a_sidecar_that_stops_reporting_is_cleared_and_left_to_the_approximate_s
     c = caches(a=4)
     ids = prompt(8)
     c.apply("a", Events(stored=held(ids, 4)))
-    c.announced("a", 0, {})
+    c.announced("a", 0)
     assert c.block_size("a") == 0 and c.index.blocks("a") == 0
     c.apply("a", Events(stored=held(ids, 4)))
     assert c.unexpected == 1 and c.index.blocks("a") == 0
