@@ -89,9 +89,11 @@ def main() -> None:
             # (nginx's processes summed: one "nginx" figure)
             pids = dict(enumerate(nginx_pids(ng.pid)))
             by_pid = measure(nginx_url, {str(k): v for k, v in pids.items()}, *args)
-            via_nginx = sum(v for k, v in by_pid.items() if k != "tokens_per_s")
+            via_nginx = sum(v for k, v in by_pid.items() if k.isdigit())
+            ttft = {k: v for k, v in by_pid.items() if k.startswith("ttft")}
             via = measure(gateway_url, {"sidecar": sc.pid, "gateway": gw.pid}, *args)
-            rounds.append({"nginx": via_nginx, **{f"gateway_{k}": v for k, v in via.items()}})
+            row = {"nginx": via_nginx, **{f"nginx_{k}": v for k, v in ttft.items()}}
+            rounds.append(row | {f"gateway_{k}": v for k, v in via.items()})
             print(json.dumps(rounds[-1]), flush=True)
         assert cpu_ticks(server.pid) > 0
     report = {"streams": a.streams, "tokens": a.tokens, "concurrency": a.concurrency}

@@ -89,8 +89,11 @@ async def wait_models(url: str, timeout_s: float = 60.0) -> None:
             await asyncio.sleep(0.2)
 
 
-async def load(url: str, streams: int, tokens: int, concurrency: int) -> int:
-    """Stream `streams` completions of `tokens` tokens; the tokens received."""
+async def load(
+    url: str, streams: int, tokens: int, concurrency: int, ttfts: list[float] | None = None
+) -> int:
+    """Stream `streams` completions of `tokens` tokens; the tokens received. Each stream's time
+    to its first token (from sending the request) goes to `ttfts`."""
     body = {"model": MODEL, "prompt": "bench the path", "max_tokens": tokens, "stream": True}
     got = 0
     queue = iter(range(streams))
@@ -98,13 +101,17 @@ async def load(url: str, streams: int, tokens: int, concurrency: int) -> int:
     async def worker(http: aiohttp.ClientSession) -> None:
         nonlocal got
         for _ in queue:
+            sent = time.perf_counter()
             async with http.post(url + "/v1/completions", json=body) as r:
                 assert r.status == 200, await r.text()
                 n = 0
                 async for line in r.content:
                     if line.startswith(b"data: {"):  # each token's text is " w<id>"
                         for choice in json.loads(line[6:])["choices"]:
-                            n += choice["text"].count(" w")
+                            k = choice["text"].count(" w")
+                            if k and not n and ttfts is not None:
+                                ttfts.append(time.perf_counter() - sent)
+                            n += k
                 assert n == tokens, (n, tokens)
                 got += n
 
@@ -118,16 +125,21 @@ async def load(url: str, streams: int, tokens: int, concurrency: int) -> int:
 def measure(
     url: str, pids: dict[str, int], streams: int, tokens: int, concurrency: int
 ) -> dict[str, float]:
-    """µs of CPU per token of each process."""
+    """µs of CPU per token of each process; the tokens per second; the time to first token's
+    p50 and p90 (ms)."""
     before = {name: cpu_ticks(pid) for name, pid in pids.items()}
     start = time.monotonic()
-    got = asyncio.run(load(url, streams, tokens, concurrency))
+    ttfts: list[float] = []
+    got = asyncio.run(load(url, streams, tokens, concurrency, ttfts))
     wall = time.monotonic() - start
     out = {
         name: (cpu_ticks(pid) - before[name]) / TICKS_PER_S / got * 1e6
         for name, pid in pids.items()
     }
     out["tokens_per_s"] = got / wall
+    ttfts.sort()
+    out["ttft_p50_ms"] = ttfts[len(ttfts) // 2] * 1e3
+    out["ttft_p90_ms"] = ttfts[len(ttfts) * 9 // 10] * 1e3
     return out
 
 

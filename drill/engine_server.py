@@ -81,7 +81,9 @@ class FakeEngineServer:
 
     async def start(self) -> None:
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        # (the listen backlog of vLLM's own server, uvicorn's: a burst of new connections is
+        # not dropped to a one-second SYN retry)
+        self._site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=2048)
         await self._site.start()
         self.port = self._runner.addresses[0][1]
 

@@ -10,6 +10,7 @@ from engine_sidecar.backends.openai.config import OpenAIConfig
 from engine_sidecar.backends.sim.config import SimConfig
 from engine_sidecar.backends.triton.config import TritonConfig
 from engine_sidecar.backends.vllm.config import VllmConfig
+from gateway.collector import CollectorSettings
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
@@ -52,6 +53,9 @@ class SidecarConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     max_link_pending: Annotated[int, msgspec.Meta(gt=0)] = 1_000_000
     # Absent: every port is plaintext (for a trusted network only).
     tls: SidecarTls | None = None
+    # The process's garbage collector, as the gateway's (`gateway.gc`): its collections walk
+    # every chunk a stream decodes (bench/RESULTS.md, issue 27).
+    gc: CollectorSettings = CollectorSettings()
 
     def __post_init__(self) -> None:
         if self.rank >= self.world_size:

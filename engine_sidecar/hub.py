@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 
 from engine_sidecar.backend import (
     Backend,
@@ -23,19 +24,26 @@ class OutboxOverflow(Exception):
 
 
 class Outbox:
-    """Deltas waiting for one writer, in engine order; bounded by `max_pending`."""
+    """Deltas waiting for one writer, in engine order; bounded by `max_pending`.
 
-    __slots__ = ("_event", "keys", "max_pending", "overflowed", "pending")
+    A writer that can send at once sets `direct`: a wake calls it where the wake happens (the
+    engine's step, a heartbeat), and the writer's task is woken only when it answers False
+    (its socket is backed up: the task waits for it to drain).
+    """
+
+    __slots__ = ("_event", "direct", "keys", "max_pending", "overflowed", "pending")
 
     def __init__(self, max_pending: int) -> None:
         self.pending: list[tuple[int, EngineDelta]] = []
         self.keys: dict[int, int] = {}  # outbox key -> engine key
         self.max_pending = max_pending
         self.overflowed = False
+        self.direct: Callable[[], bool] | None = None
         self._event = asyncio.Event()
 
     def wake(self) -> None:
-        self._event.set()
+        if self.direct is None or not self.direct():
+            self._event.set()
 
     async def wait(self) -> None:
         await self._event.wait()

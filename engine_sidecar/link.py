@@ -94,8 +94,8 @@ class LinkSession:
                 if self.box.overflowed:
                     log.warning("link dropped: the gateway stopped reading")
                     return
-                out = self._build()
-                if out.items or out.load is not None or out.info is not None or out.kv is not None:
+                out = self.build()
+                if out is not None:
                     yield out
         finally:
             if self._kv is not None:
@@ -105,7 +105,12 @@ class LinkSession:
             await tasks.stop_all(started)
             self._hub.release(self.box)
 
-    def _build(self) -> Batch:
+    @property
+    def closed(self) -> bool:
+        return self._closed or self.box.overflowed
+
+    def build(self) -> Batch | None:
+        """The next message: what is pending (None: nothing is)."""
         items = self.box.take()
         if self._errors:
             items.extend(self._errors)
@@ -116,7 +121,10 @@ class LinkSession:
             if self._heartbeats_enabled():
                 load = self._report()
         info, self._announce = self._announce, None
-        return Batch(items, load, info, self._kv.take() if self._kv is not None else None)
+        kv = self._kv.take() if self._kv is not None else None
+        if items or load is not None or info is not None or kv is not None:
+            return Batch(items, load, info, kv)
+        return None
 
     def _report(self) -> pb.LoadReport:
         self._seq += 1

@@ -16,7 +16,7 @@ from engine_sidecar.hub import Hub
 from engine_sidecar.metrics import SidecarMetrics
 from engine_sidecar.servicer import EngineServicer, kv_mirror
 from engine_sidecar.tcp_link import TcpLinkServer
-from gateway import tasks
+from gateway import collector, tasks
 from gateway.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -159,9 +159,14 @@ class Sidecar:
 
 
 async def serve(config: SidecarConfig, stop: asyncio.Event) -> None:
+    """The sidecar process (its collector settings are the process's: not set by a Sidecar
+    embedded in another)."""
+    collector.set_thresholds(config.gc)
     sidecar = Sidecar(config)
     await sidecar.start()
+    collector.after_start(config.gc)
     try:
         await stop.wait()
     finally:
         await sidecar.stop()
+        collector.after_stop(config.gc)

@@ -138,12 +138,29 @@ class TcpLinkServer:
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session = self._new_session()
         transport = writer.transport
+
+        def direct() -> bool:
+            """Write what is pending where it became so (an engine step's deltas reach the
+            socket in the step's own loop iteration); False while the socket is backed up or
+            the session ends: its task takes over."""
+            if session.closed or transport.get_write_buffer_size() > _HIGH_WATER:
+                return False
+            if transport.is_closing():
+                return False
+            batch = session.build()
+            if batch is not None:
+                writer.write(encode(batch))
+            return True
+
         self.open += 1
         try:
             async for batch in session.run(requests(reader)):
                 writer.write(encode(batch))
                 if transport.get_write_buffer_size() > _HIGH_WATER:
+                    session.box.direct = None
                     async with asyncio.timeout(self._drain_timeout_s):
                         await writer.drain()
+                session.box.direct = direct  # (after the announcement: it goes first)
         finally:
+            session.box.direct = None
             self.open -= 1

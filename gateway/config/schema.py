@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gateway.collector import CollectorSettings
 from gateway.config.discovery import DiscoverySettings
 from gateway.config.pricing import Pricing
 from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
@@ -102,21 +103,6 @@ class StreamSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True
     max_stream_bytes: Annotated[int, msgspec.Meta(gt=0, le=1 << 30)] = 4 << 20
     # A finished stream is kept this long for a client to fetch its end.
     retention_s: Seconds = 300.0
-
-
-class CollectorSettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The cyclic garbage collector of the gateway process (its pauses stop the event loop;
-    `shardgate_gc_pause_seconds` times them)."""
-
-    # Once started, move every object alive (modules, config, routes, links) out of the
-    # collector's sight (`gc.freeze()`, undone at stop): a full collection then walks ~140,000
-    # objects fewer. With CPython's thresholds it did not pay (full ones come more often), with
-    # the default thresholds it did (bench/RESULTS.md).
-    freeze_after_start: bool = True
-    # `gc.set_threshold(gen0, gen1, gen2)`; null: CPython's own (700, 10, 10). The default
-    # takes the full collections (100-250 ms each under 2,000 streams) off the hot path and
-    # the collector from ~30% of the gateway's CPU to ~10% there (bench/RESULTS.md).
-    thresholds: tuple[PositiveInt, NonNegativeInt, NonNegativeInt] | None = (10000, 20, 10)
 
 
 class GatewaySettings(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

@@ -47,3 +47,11 @@ def test_what_lives_at_start_is_frozen_until_stop(restored: None) -> None:
     assert gc.get_freeze_count() > 0
     collector.after_stop(CollectorSettings())
     assert gc.get_freeze_count() == 0
+
+
+def test_a_sidecar_takes_the_same_collector_settings() -> None:
+    from engine_sidecar import config as sidecar_config
+
+    assert sidecar_config.decode({}).gc == CollectorSettings()
+    cfg = sidecar_config.decode({"gc": {"thresholds": [5000, 10, 10], "freeze_after_start": False}})
+    assert cfg.gc == CollectorSettings(freeze_after_start=False, thresholds=(5000, 10, 10))

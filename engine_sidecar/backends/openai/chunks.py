@@ -89,6 +89,13 @@ def read_chunk(data: bytes) -> Chunk:
     """Raises msgspec.DecodeError / ValidationError on a chunk that is not one (logprobs that
     are not token ids, too)."""
     c = _DECODE.decode(data)
+    if c.usage is None and c.error is None and c.prompt_token_ids is None and len(c.choices) == 1:
+        ch = c.choices[0]  # (most chunks: one choice's tokens, and nothing else)
+        if ch.logprobs is None and ch.prompt_token_ids is None and ch.stop_reason is None:
+            text = ch.text
+            if text is None:
+                text = ch.delta.content if ch.delta is not None else None
+            return Chunk(text or "", ch.token_ids, None, ch.finish_reason)
     out = Chunk(prompt_token_ids=c.prompt_token_ids)
     if c.error is not None:
         out.error = c.error.message or "the engine server failed the request"

@@ -1,4 +1,5 @@
-"""The connection to one engine server: ONE aiohttp session with a bounded connection pool.
+"""The connection to one engine server: an aiohttp session for plain calls, and a bounded pool of
+connections for the streamed ones, read in their protocol callbacks (sse_conn.py).
 
 Every call has a deadline: plain calls the rpc timeout, streams a deadline for their first
 chunk, then for each next one, and one for the whole request. A refusal (an HTTP error status)
@@ -11,15 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiohttp
 
 from engine_sidecar.backends.openai.config import OpenAIConfig
-
-_DONE = b"[DONE]"
-_MAX_LINE = 16 << 20  # one event (a chunk with token ids and text) at most
+from engine_sidecar.backends.openai.pool import Pool
+from engine_sidecar.backends.openai.sse_conn import Handler, ServerStatus
 
 
 class ServerRefused(Exception):
@@ -59,6 +58,7 @@ class EngineClient:
             if key:
                 self._headers["Authorization"] = f"Bearer {key}"
         self._session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None  # (the streamed calls')
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -72,6 +72,9 @@ class EngineClient:
         return self._session
 
     async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -94,45 +97,28 @@ class EngineClient:
                     raise refusal(r.status, data)
                 return json.loads(data)
 
-    async def stream(self, path: str, body: dict[str, Any]) -> AsyncGenerator[bytes, None]:
-        """The `data:` payloads of a server-sent event stream, up to `[DONE]`.
+    async def stream(self, path: str, body: dict[str, Any], handler: Handler) -> None:
+        """One streamed call: each `data:` payload of the server's events goes to `handler`
+        (sse_conn.py) until it ends the call, `[DONE]` comes, or the server ends the stream.
 
-        Leaving the iteration early (abort, a stop string of our own, an error) closes the
-        connection: the server sees the client gone and aborts the request.
+        A handler that answers STOP, a failure and a cancellation close the connection: the
+        server sees the client gone and aborts the request.
         """
         c = self._config
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + c.request_timeout_s
-        timeout = c.first_chunk_timeout_s
-        async with asyncio.timeout_at(min(loop.time() + timeout, deadline)):
-            r = await self._open().post(self._url + path, json=body)
-        done = False
-        try:
-            if r.status >= 400:
-                async with asyncio.timeout(c.rpc_timeout_s):
-                    raise refusal(r.status, await r.read())
-            content = r.content
-            rest = b""
-            while True:
-                # One deadline per read of the socket (it may hold many events), not per line.
-                async with asyncio.timeout_at(min(loop.time() + timeout, deadline)):
-                    data = await content.readany()
-                if not data:
-                    return  # the server ended the stream (the reader sees no finish)
-                timeout = c.chunk_timeout_s
-                *lines, rest = (rest + data).split(b"\n")
-                if len(rest) > _MAX_LINE:
-                    raise aiohttp.ClientPayloadError(f"an event line over {_MAX_LINE} bytes")
-                for line in lines:
-                    if not line.startswith(b"data:"):
-                        continue  # blank separators, comments, other fields
-                    payload = line[5:].strip()
-                    if payload == _DONE:
-                        done = True
-                        return
-                    yield payload
-        finally:
-            if done:
-                r.release()
-            else:
-                r.close()
+        if self._pool is None:
+            self._pool = Pool(self._url, self._headers, c.max_connections, c.connect_timeout_s)
+        timeouts = (c.first_chunk_timeout_s, c.chunk_timeout_s, c.rpc_timeout_s)
+        for attempt in range(2):
+            call = await self._pool.call(path, body, handler, (*timeouts, c.request_timeout_s))
+            try:
+                await call.ended
+                return
+            except ServerStatus as e:
+                raise refusal(e.status, e.body) from None
+            except ConnectionResetError:
+                # A kept connection the server closed as it was reused (its keep-alive ran out
+                # then): nothing was answered, so the request goes again on a new one, once.
+                if attempt or not call.reused or call.answered:
+                    raise
+            finally:
+                call.close()

@@ -15,7 +15,6 @@ token ids, as the vllm backend makes them, on every run alike.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from engine_sidecar.backends.openai.errors import status_code
 from engine_sidecar.backends.openai.job import Job
 from engine_sidecar.backends.openai.local import Local, structured_outputs
 from engine_sidecar.backends.openai.logprobs import Position, to_logprobs
+from engine_sidecar.backends.openai.sse_conn import DONE, MORE, STOP
 from engine_sidecar.backends.openai.tokens import prompt_ids
 from engine_sidecar.backends.vllm.text import OwnText, own_text
 
@@ -72,6 +72,7 @@ class RequestStream:
         self.generated = 0  # tokens this run produced (the server's count)
         self._text: OwnText | None = None
         self._held: Chunk | None = None  # the chunk with the finish reason, until usage comes
+        self._ended = False  # a chunk ended the request
         self._lp_texts: Any = None  # the logprobs' token decoder (vllm/logprobs.py TokenTexts)
         self.on_tokens: Callable[[int], None] = lambda n: None
 
@@ -82,11 +83,9 @@ class RequestStream:
             if self._job.max_tokens == 0:  # resumed with all its tokens already
                 self._emit(self._delta([], "", Finish.LENGTH))
                 return
-            events = self._server.client.stream(path, body)
-            async with contextlib.aclosing(events):
-                async for data in events:
-                    if self._step(read_chunk(data)):
-                        return
+            await self._server.client.stream(path, body, self._on_data)
+            if self._ended:
+                return
             if self._held is not None:
                 self._emit(self._final(self._held, None))
             else:
@@ -166,17 +165,26 @@ class RequestStream:
         body["prompt"] = text + whole_text(tok, r.resume_token_ids)
         return "/v1/completions", body
 
-    def _step(self, chunk: Chunk) -> bool:
-        """Emit what one chunk brings; True when the request has ended."""
+    def _on_data(self, data: bytes) -> int:
+        """One event's payload, where it arrives (sse_conn.py): MORE, or how the request
+        ended."""
+        verdict = self._step(read_chunk(data))
+        if verdict:
+            self._ended = True
+        return verdict
+
+    def _step(self, chunk: Chunk) -> int:
+        """Emit what one chunk brings; MORE, DONE when the server ended the request, STOP when
+        it ends here (a stop string of the sidecar's own)."""
         if chunk.error is not None:
             self._emit(self.usage.error(ErrorCode.INTERNAL, chunk.error, chunk.error_param))
-            return True
+            return DONE
         usage = self.usage
         if chunk.prompt_token_ids is not None and not self._job.resumed:
             usage.prompt_tokens = len(chunk.prompt_token_ids)
         if self._held is not None:  # the finish came; this is the usage chunk
             self._emit(self._final(self._held, chunk.usage))
-            return True
+            return DONE
         ids = chunk.token_ids
         if ids is None:
             tok = self._server.tokenizer
@@ -191,7 +199,7 @@ class RequestStream:
                 d = self._delta(ids, text, Finish.STOP, logprobs=lps)
                 d.stop_sequence = self._text.matched
                 self._emit(d)
-                return True
+                return STOP
         self._count(ids)
         if chunk.finish_reason is not None:
             self._held = Chunk(
@@ -203,11 +211,11 @@ class RequestStream:
             )
             if chunk.usage is not None:
                 self._emit(self._final(self._held, chunk.usage))
-                return True
-            return False
+                return DONE
+            return MORE
         if ids or text:
             self._emit(self._delta(ids, text, Finish.NONE, logprobs=lps))
-        return False
+        return MORE
 
     def _count(self, ids: list[int]) -> None:
         self.generated += len(ids)
