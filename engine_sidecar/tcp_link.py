@@ -143,9 +143,9 @@ class TcpLinkServer:
             """Write what is pending where it became so (an engine step's deltas reach the
             socket in the step's own loop iteration); False while the socket is backed up or
             the session ends: its task takes over."""
-            if session.closed or transport.get_write_buffer_size() > _HIGH_WATER:
+            if session.closed or transport.is_closing():
                 return False
-            if transport.is_closing():
+            if transport.get_write_buffer_size() > _HIGH_WATER:
                 return False
             batch = session.build()
             if batch is not None:

@@ -92,10 +92,7 @@ def read_chunk(data: bytes) -> Chunk:
     if c.usage is None and c.error is None and c.prompt_token_ids is None and len(c.choices) == 1:
         ch = c.choices[0]  # (most chunks: one choice's tokens, and nothing else)
         if ch.logprobs is None and ch.prompt_token_ids is None and ch.stop_reason is None:
-            text = ch.text
-            if text is None:
-                text = ch.delta.content if ch.delta is not None else None
-            return Chunk(text or "", ch.token_ids, None, ch.finish_reason)
+            return Chunk(_text(ch), ch.token_ids, None, ch.finish_reason)
     out = Chunk(prompt_token_ids=c.prompt_token_ids)
     if c.error is not None:
         out.error = c.error.message or "the engine server failed the request"
@@ -105,10 +102,7 @@ def read_chunk(data: bytes) -> Chunk:
         cached = u.prompt_tokens_details.cached_tokens if u.prompt_tokens_details else None
         out.usage = (u.prompt_tokens, u.completion_tokens, cached or 0)
     for choice in c.choices:  # (one: n=1)
-        if choice.text is not None:
-            out.text = choice.text
-        elif choice.delta is not None and choice.delta.content is not None:
-            out.text = choice.delta.content
+        out.text = _text(choice)
         out.token_ids = choice.token_ids
         if choice.prompt_token_ids is not None:
             out.prompt_token_ids = choice.prompt_token_ids
@@ -124,6 +118,13 @@ def read_chunk(data: bytes) -> Chunk:
         if isinstance(choice.stop_reason, str):
             out.stop_sequence = choice.stop_reason
     return out
+
+
+def _text(choice: _Choice) -> str:
+    """Completions' text or chat's delta content."""
+    if choice.text is not None:
+        return choice.text
+    return (choice.delta.content if choice.delta is not None else None) or ""
 
 
 def finish_of(reason: str | None) -> Finish:

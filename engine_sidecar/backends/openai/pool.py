@@ -188,6 +188,16 @@ class Pool:
                 waiter.set_result(None)
                 return
 
+    @property
+    def idle(self) -> int:
+        """Kept connections waiting for a call."""
+        return len(self._idle)
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for a connection (the pool is at its limit)."""
+        return len(self._waiters)
+
     def close(self) -> None:
         self._closed = True
         for conn in list(self._open):

@@ -48,9 +48,9 @@ class Call:
     """One streamed POST; `ended` resolves when the handler is done or the stream is."""
 
     __slots__ = (
-        "_chunk_s", "_conn", "_deadline", "_draining", "_error", "_finished",
+        "_chunk_s", "_conn", "_deadline", "_draining", "_error", "_finished", "_gap_s",
         "_handler", "_last", "_loop", "_pool", "_rest", "_rpc_s", "_status", "_timer",
-        "ended", "first_s", "reused",
+        "ended", "reused",
     )  # fmt: skip
 
     def __init__(self, pool: Pool, handler: Handler, timeouts: tuple[float, float, float, float]):
@@ -59,7 +59,7 @@ class Call:
         now = loop.time()
         self._deadline = now + whole_s
         self._last = now
-        self.first_s = first_s  # the longest wait for the next bytes: until the first chunk,
+        self._gap_s = first_s  # the longest wait for the next bytes: until the first chunk,
         # then chunk_s (rpc_s for an error's body)
         self._pool = pool
         self._handler: Handler | None = handler  # (None once it is done)
@@ -81,7 +81,7 @@ class Call:
 
     def body(self, data: bytes) -> None:
         self._last = self._loop.time()
-        if self.first_s != self._chunk_s and self._status < 400:
+        if self._gap_s != self._chunk_s and self._status < 400:
             self._wait(self._chunk_s)
         if self._status >= 400:
             if len(self._error) < _MAX_ERROR_BODY:
@@ -172,7 +172,7 @@ class Call:
 
     def _wait(self, seconds: float) -> None:
         """From now on, the longest wait for the next bytes (the timer moved where sooner)."""
-        self.first_s = seconds
+        self._gap_s = seconds
         self._last = now = self._loop.time()
         due = min(now + seconds, self._deadline)
         if not self._finished and due < self._timer.when():
@@ -183,7 +183,7 @@ class Call:
         if self._finished:
             return
         now = self._loop.time()
-        due = min(self._last + self.first_s, self._deadline)
+        due = min(self._last + self._gap_s, self._deadline)
         if now < due:
             self._timer = self._loop.call_at(due, self._check)
             return

@@ -15,6 +15,7 @@ from engine_sidecar.backends.openai.client import EngineClient, ServerRefused
 from engine_sidecar.backends.openai.config import OpenAIConfig
 from engine_sidecar.backends.openai.pool import Pool
 from engine_sidecar.backends.openai.sse_conn import DONE, MORE, STOP
+from tests.integration.poll import until_async
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -129,7 +130,7 @@ async def test_a_finished_call_leaves_its_connection_to_the_next() -> None:
             await call.ended
             call.close()  # (what the client does once the handler is done)
             assert got == [b'{"a": 1}', b'{"b": 2}']
-            await asyncio.sleep(0.05)  # (the [DONE] and the body's end are read on)
+            await until_async(lambda: pool.idle == 1, what="the [DONE] read, the connection kept")
         assert s.connections == 1
         assert all(r.startswith(b"POST /prefix/v1/x ") for r in s.requests)
         assert b"Authorization: Bearer k\r\n" in s.requests[0]
@@ -235,8 +236,8 @@ async def test_the_pool_holds_at_most_its_limit_of_connections() -> None:
         pool = Pool(f"http://127.0.0.1:{s.port}", {}, 1, 5.0)
         first = await pool.call("/", {}, collect([]), TIMEOUTS)
         second = asyncio.create_task(pool.call("/", {}, collect([]), TIMEOUTS))
-        await asyncio.sleep(0.1)
-        assert not second.done() and s.connections == 1  # (it waits for the one connection)
+        await until_async(lambda: pool.waiting == 1, what="the second call waits for a slot")
+        assert not second.done() and s.connections == 1
         release.set()
         await first.ended
         await (await second).ended
@@ -261,6 +262,7 @@ async def test_a_kept_connection_the_server_closes_as_it_is_reused_is_not_a_fail
             got: list[bytes] = []
             await client.stream("/", {}, collect(got))
             assert got == [b'{"a": 1}', b'{"b": 2}']
-            await asyncio.sleep(0.05)  # (its [DONE] read: the connection is kept)
+            kept = lambda: client._pool is not None and client._pool.idle == 1  # noqa: E731
+            await until_async(kept, what="its [DONE] read, the connection kept")
         assert s.connections == 2 and len(s.requests) == 3
         await client.close()
