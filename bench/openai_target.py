@@ -47,6 +47,10 @@ class OpenAITarget:
                     h += f"x-priority: {c.priority}\r\n"
                 if c.api_key is not None:
                     h += f"Authorization: Bearer {c.api_key}\r\n"
+                if c.slo_ttft_ms is not None:
+                    h += f"x-slo-ttft-ms: {c.slo_ttft_ms:g}\r\n"
+                if c.slo_tpot_ms is not None:
+                    h += f"x-slo-tpot-ms: {c.slo_tpot_ms:g}\r\n"
                 self._class_headers.append(h.encode())
 
     def body(self, spec: RequestSpec) -> bytes:

@@ -89,7 +89,8 @@ class Plan:
     def _spec(self, i: int, rng: random.Random, weights: list[float], at: float) -> RequestSpec:
         s = self.scenario
         cls = rng.choices(range(len(weights)), weights)[0] if len(weights) > 1 else 0
-        prompt_len = sample_length(s.prompt_tokens, rng)
+        own = s.classes[cls].prompt_tokens if s.classes else None
+        prompt_len = sample_length(s.prompt_tokens if own is None else own, rng)
         max_tokens = sample_length(s.output_tokens, rng)
         tag = unique_tag(i)
         prefix = -1

@@ -14,7 +14,7 @@ from bench.gc_scrape import GcPauses
 from bench.memory import StreamMemory
 from bench.plan import Plan
 from bench.result import Result
-from bench.scenario import Scenario
+from bench.scenario import Scenario, TrafficClass
 from bench.stats import Dist, dist_ms
 
 SCHEMA = "shardgate.bench/v1"
@@ -40,6 +40,13 @@ class Throughput(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens_per_s: float
 
 
+class Goodput(msgspec.Struct, frozen=True, kw_only=True):
+    """The class's requests that finished within its targets."""
+
+    met: int
+    requests_per_s: float
+
+
 class ClassReport(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     priority: int | None
@@ -47,6 +54,7 @@ class ClassReport(msgspec.Struct, frozen=True, kw_only=True):
     throughput: Throughput
     latency: Latency
     errors: dict[str, int]
+    goodput: Goodput | None = None  # (a class with targets)
 
 
 class ProcessCpu(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,6 +126,24 @@ def latency(results: Sequence[Result]) -> Latency:
         itl_ms=dist_ms(x for r in ok for x in r.itls_s),
         e2e_ms=dist_ms(r.e2e_s for r in ok),
     )
+
+
+def met(c: TrafficClass, r: Result) -> bool:
+    """A request that finished within the class's targets (TPOT: its mean gap after the
+    first token)."""
+    if not r.ok:
+        return False
+    if c.slo_ttft_ms is not None and not r.ttft_s * 1000 <= c.slo_ttft_ms:
+        return False
+    tpot = c.slo_tpot_ms
+    return tpot is None or not r.itls_s or sum(r.itls_s) / len(r.itls_s) * 1000 <= tpot
+
+
+def goodput(c: TrafficClass, results: Sequence[Result], window_s: float) -> Goodput | None:
+    if c.slo_ttft_ms is None and c.slo_tpot_ms is None:
+        return None
+    n = sum(1 for r in results if met(c, r))
+    return Goodput(met=n, requests_per_s=n / max(window_s, 1e-9))
 
 
 def errors_by_kind(results: Sequence[Result]) -> dict[str, int]:
@@ -193,6 +219,7 @@ def build(
                 throughput=throughput(mine, window_s),
                 latency=latency(mine),
                 errors=errors_by_kind(mine),
+                goodput=goodput(c, mine, window_s),
             )
         )
     return Report(

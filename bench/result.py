@@ -24,6 +24,9 @@ TOKEN_COUNT = "token_count"
 MAX_TOKENS = "max_tokens"
 
 
+NO_RETRY_AFTER = "_without_retry_after"
+
+
 def http_status(status: int) -> str:
     return f"http_{status}"
 

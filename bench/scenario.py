@@ -76,6 +76,13 @@ class TrafficClass(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     priority: int | None = None
     # Sent as `Authorization: Bearer <api_key>`; None: not sent.
     api_key: str | None = None
+    # Latency targets, sent as `x-slo-ttft-ms` / `x-slo-tpot-ms` (HTTP); the report counts
+    # the class's requests that met them (goodput). None: not sent, not counted.
+    slo_ttft_ms: PositiveFloat | None = None
+    slo_tpot_ms: PositiveFloat | None = None
+    # The class's own prompt length (its tenant sends longer or shorter prompts); None: the
+    # scenario's.
+    prompt_tokens: Length | None = None
 
 
 class PrefixMix(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):

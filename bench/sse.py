@@ -61,7 +61,10 @@ class SseVerifier:
         """The response head: anything but 200 and an event stream is an error."""
         self.status = status
         if status != 200:
-            self._fail(kinds.http_status(status))
+            kind = kinds.http_status(status)
+            if status in (429, 503) and "retry-after" not in headers:
+                kind += kinds.NO_RETRY_AFTER  # (a refusal that does not say when to retry)
+            self._fail(kind)
             self._ignore = True
         elif not headers.get("content-type", "").startswith("text/event-stream"):
             self._fail(kinds.CONTENT_TYPE, headers.get("content-type", ""))

@@ -26,6 +26,14 @@ class UnknownFields:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """A request's latency targets, in seconds; None: no target on that figure."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
 class GenerationRequest(GenerationView):
     """A validated request, whichever API it came from: the engine's parameters (`generation`,
     sent to the sidecar as they are) and what only the gateway uses. Exactly one of
@@ -41,6 +49,7 @@ class GenerationRequest(GenerationView):
         "hide_reasoning",
         "include_usage",
         "n",
+        "objective",
         "resumable",
         "return_token_ids",
         "session_id",
@@ -91,6 +100,8 @@ class GenerationRequest(GenerationView):
         self.resumable: bool | None = None
         # Its body's fields that its API declares none for (None: none).
         self.unknown_fields: UnknownFields | None = None
+        # Its latency targets (`x-slo-ttft-ms`, `x-slo-tpot-ms`); None: its class's, if any.
+        self.objective: Objective | None = None
 
     def _key(self) -> tuple[object, ...]:
         return (
@@ -108,6 +119,7 @@ class GenerationRequest(GenerationView):
             self.echo_prompt,
             self.resumable,
             self.unknown_fields,
+            self.objective,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -143,7 +155,7 @@ class GenerationRequest(GenerationView):
         out.session_id, out._priority, out.n = self.session_id, self._priority, 1
         out.return_token_ids, out.continuous_usage = self.return_token_ids, self.continuous_usage
         out.hide_reasoning, out.echo_prompt = self.hide_reasoning, self.echo_prompt
-        out.resumable = self.resumable
+        out.resumable, out.objective = self.resumable, self.objective
         out.unknown_fields = self.unknown_fields  # (choice 0's job names them: its headers)
         return out
 

@@ -21,6 +21,7 @@ from gateway.api.grpc_tools import message_of, tools_of_request
 from gateway.api.openai.protocol import MAX_N, sampling_of
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
+from gateway.policy import objectives
 from gateway.policy.tenants import GRPC_METADATA, bearer_key
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
@@ -107,6 +108,10 @@ def to_request(m: pb.GenerateRequest, default_max_tokens: int) -> GenerationRequ
         session_id=m.session_id,
     )
     out.generation.tools = tools_of_request(m)
+    out.objective = objectives.parse(
+        m.slo_ttft_ms if m.HasField("slo_ttft_ms") else None,
+        m.slo_tpot_ms if m.HasField("slo_tpot_ms") else None,
+    )
     apply_controls(m, out, which == "chat")
     if m.HasField("n"):
         out.n = m.n

@@ -22,6 +22,7 @@ Burst = Annotated[int, msgspec.Meta(ge=1)]
 Count = Annotated[int, msgspec.Meta(gt=0)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Weight = Annotated[float, msgspec.Meta(gt=0)]
+Millis = Annotated[float, msgspec.Meta(gt=0, le=3_600_000)]
 ApiKey = Annotated[str, msgspec.Meta(min_length=1)]
 Name = Annotated[str, msgspec.Meta(min_length=1)]
 # What a request body's fields that its API declares none for get (policy/unknown_fields.py).
@@ -30,6 +31,14 @@ UnknownFieldsMode = Literal["warn", "reject"]
 
 class _Base(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     pass
+
+
+class ObjectiveConfig(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Latency targets, in milliseconds: time to first token, and time per output token after
+    it. A field left out sets no target on that figure."""
+
+    ttft_ms: Millis | None = None
+    tpot_ms: Millis | None = None
 
 
 class RateLimits(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -72,6 +81,8 @@ class TenantConfig(RateLimits, frozen=True, forbid_unknown_fields=True, kw_only=
     resumable_streams: bool | None = None
     # Its requests' unknown body fields: "warn" or "reject"; left out: `gateway.unknown_fields`.
     unknown_fields: UnknownFieldsMode | None = None
+    # Its requests' latency targets unless a request sets its own (before its class's).
+    objectives: ObjectiveConfig | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -100,6 +111,8 @@ class QueueBounds(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
 
     max_depth: Count = 1000
     max_wait_s: Seconds = 30.0
+    # The class's latency targets for requests that set none (and whose tenant sets none).
+    objectives: ObjectiveConfig | None = None
 
 
 class PreemptionConfig(_Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -124,6 +137,10 @@ class SchedulingConfig(_Base, frozen=True, forbid_unknown_fields=True, kw_only=T
     # Retry-After of requests refused or evicted by the queue.
     retry_after_s: Seconds = 1.0
     preemption: PreemptionConfig = PreemptionConfig()
+    # Scheduling to latency targets: earliest deadline first within a tenant's line, sheddable
+    # requests that can no longer make their TTFT refused early, no preemption that makes its
+    # victim miss its own. False: targets are only measured (goodput), not scheduled to.
+    objectives: bool = True
 
     def __post_init__(self) -> None:
         bad = [p for p in self.classes if not PRIORITY_MIN <= p <= PRIORITY_MAX]

@@ -29,6 +29,7 @@ class RejectReason(enum.StrEnum):
     RATE_TOKENS = "rate_tokens"  # tokens/min bucket empty
     QUEUE_FULL = "queue_full"  # the model's bounded queue is full
     QUEUE_TIMEOUT = "queue_timeout"  # waited in the queue past its deadline
+    OBJECTIVE = "objective"  # sheddable, and could no longer make its TTFT target
     NO_REPLICA = "no_replica"  # no healthy replica serves the model
     LINK_SATURATED = "link_saturated"  # the chosen link's outgoing queue is full
     SHUTTING_DOWN = "shutting_down"  # the gateway is draining

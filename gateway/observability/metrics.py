@@ -34,6 +34,7 @@ from gateway.observability.labels import (
     outcome_label,
     reason_of,
 )
+from gateway.observability.objective_metrics import ObjectiveMetrics
 from gateway.observability.redis_metrics import RedisMetrics
 
 __all__ = ["GatewayMetrics"]
@@ -158,6 +159,7 @@ class GatewayMetrics:
         for kind in ProtocolError:
             self._protocol_errors.labels(kind.value)
         self.redis = RedisMetrics(r)
+        self.objectives = ObjectiveMetrics(r, self._model, self._tenant)
         self._callbacks = CallbackCollector()
         r.register(self._callbacks)
         self.add_models(models)

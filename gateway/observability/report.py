@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 from gateway.observability.labels import Outcome, RejectReason, reason_of
 from gateway.observability.logging import request_log
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.objective_metrics import Result, judge
 
 if TYPE_CHECKING:
+    from gateway.runtime.forecast import Forecast
     from gateway.runtime.job import Job
 
 
@@ -59,6 +61,17 @@ class RequestReporter:
                 completion,
                 job.cached_tokens,
             )
+        if job.objective is not None:
+            if outcome == Outcome.REJECTED:
+                result = Result.REFUSED
+            else:
+                n = len(job.generated)
+                tpot = None
+                if n >= 2 and job.last_token_at > job.first_token_at:
+                    tpot = (job.last_token_at - job.first_token_at) / (n - 1)
+                ended = outcome in (Outcome.OK, Outcome.LENGTH)
+                result = judge(job.objective, ended, ttft, tpot)
+            m.objectives.request(model, job.tenant, job.priority, result)
         if self.log_requests:
             request_log(
                 request_id=job.request.request_id,
@@ -75,3 +88,11 @@ class RequestReporter:
                 migrations=job.migrations,
                 retries=job.retries,
             )
+
+    def forecast(self, job: Job, f: Forecast, ttft_s: float | None, tpot_s: float | None) -> None:
+        """A placement's predictions against what its engine did."""
+        o = self.metrics.objectives
+        if f.ttft_s is not None and ttft_s is not None:
+            o.predicted(job.request.model, "ttft", f.ttft_s, ttft_s)
+        if f.tpot_s is not None and tpot_s is not None:
+            o.predicted(job.request.model, "tpot", f.tpot_s, tpot_s)

@@ -1,16 +1,18 @@
 """The bounded waiting line of one model pool: priority classes, fair between tenants.
 
-Order: higher class first; within a class, self-clocked weighted fair queuing (SCFQ) by token
-cost: a waiter's finish tag is max(class virtual time, its tenant's last tag) + cost / weight,
-and the class's virtual time moves to the tag of each waiter popped; then by arrival. So two
-backlogged tenants are served tokens in proportion to their weights, and one tenant's waiters
-leave in arrival order.
+Order: higher class first; within a class, the tenant with the least tokens served so far
+(weighted: the Virtual Token Counter, gateway/policy/fair_share.py), then that tenant's waiter
+due first: earliest deadline first, a waiter's due time being its arrival plus its TTFT target
+(`Waiter.due`, set by the caller), or plus its class's maximum wait when it has none; then by
+arrival. So two backlogged tenants are served tokens in proportion to their weights, and one
+tenant's waiters leave by deadline, in arrival order among equals.
 
 Bounds: a depth and a maximum wait per class, and a total depth per pool. When the pool is full,
 a new waiter evicts the newest waiter of the lowest class strictly below its own (sheddable
 classes, being the lowest, go first). A refusal is a 429 when the tenant holds at least its
-weighted share of the line it overflows, else a 503. Waiters past their class's maximum wait
-are handed back by `expired`.
+weighted share of the line it overflows, else a 503. Waiters past their class's maximum wait,
+or past their latest start (`Waiter.shed_at`: when they can no longer make their target), are
+handed back by `expired`.
 
 Removal is lazy (entries are marked and skipped), so push, pop, remove and evict are
 O(log n) amortized.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from gateway.config.tenants import QueueBounds, SchedulingConfig
+from gateway.policy.fair_share import FairClass
 
 P = TypeVar("P")
 
@@ -40,13 +43,15 @@ class Waiter(Generic[P]):
         "_epoch",
         "_owner",
         "arrival",
+        "charged",
         "cost",
         "deadline",
+        "due",
         "evictable",
-        "finish",
         "payload",
         "priority",
         "seq",
+        "shed_at",
         "tenant",
         "weight",
     )
@@ -59,6 +64,9 @@ class Waiter(Generic[P]):
         cost: float,
         payload: P,
         weight: float = 1.0,
+        *,
+        due: float = math.inf,
+        shed_at: float = math.inf,
     ) -> None:
         self.tenant = tenant
         self.priority = priority
@@ -66,9 +74,11 @@ class Waiter(Generic[P]):
         self.cost = cost
         self.payload = payload
         self.weight = weight
-        self.finish = 0.0  # virtual finish tag within the class
+        self.due = due  # its order within its tenant's line (inf: arrival + the class's wait)
+        self.shed_at = shed_at  # its latest start (inf: none)
+        self.charged = 0.0  # what its tenant's counter was charged when it was popped
         self.seq = -1  # push order; -1: never queued
-        self.deadline = math.inf
+        self.deadline = math.inf  # when `expired` hands it back
         self.evictable = True
         self._epoch = 0
         self._owner: object = None
@@ -76,6 +86,15 @@ class Waiter(Generic[P]):
     @property
     def queued(self) -> bool:
         return self._owner is not None
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def late(self) -> bool:
+        """It expired at its latest start (its target), not at its class's maximum wait."""
+        return self.deadline == self.shed_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,23 +158,23 @@ class _Shares:
 
 
 class _Class:
-    __slots__ = ("bounds", "depth", "shares", "tags", "vtime")
+    __slots__ = ("active", "bounds", "depth", "fair", "shares")
 
     def __init__(self, bounds: QueueBounds) -> None:
         self.bounds = bounds
         self.depth = 0
-        self.vtime = 0.0
-        self.tags: dict[str, float] = {}  # tenant -> finish tag of its last waiter
+        self.active = False  # in the queue's heap of classes with waiters
+        self.fair = FairClass()
         self.shares = _Shares()
 
 
 class PriorityQueue(Generic[P]):
     __slots__ = (
+        "_active",
         "_classes",
         "_config",
         "_deadlines",
         "_live",
-        "_order",
         "_seq",
         "_shares",
         "_shed",
@@ -169,14 +188,18 @@ class PriorityQueue(Generic[P]):
         self._shares = _Shares()
         self._live = 0
         self._seq = itertools.count()
+        self._active: list[int] = []  # -priority of the classes with waiters (lazy)
         # Heaps of (key..., epoch, waiter); an item is stale once its waiter left or re-entered.
-        self._order: list[tuple[int, float, float, int, int, Waiter[P]]] = []
         self._shed: list[tuple[int, float, int, int, Waiter[P]]] = []
         self._deadlines: list[tuple[float, int, int, Waiter[P]]] = []
         self.evicted, self.timed_out = _refusals(self._config.retry_after_s)
 
     def __len__(self) -> int:
         return self._live
+
+    @property
+    def config(self) -> SchedulingConfig:
+        return self._config
 
     def reconfigure(self, config: SchedulingConfig) -> None:
         """New bounds for new waiters (a config reload); waiters already queued stay."""
@@ -212,12 +235,12 @@ class PriorityQueue(Generic[P]):
             if evicted is None:
                 why = "queue is full (scheduling.max_queued)"
                 return self._overflow(w, self._shares, self._live, why)
-        start = c.tags.get(w.tenant, 0.0)
-        if start < c.vtime:
-            start = c.vtime
-        w.finish = c.tags[w.tenant] = start + w.cost / w.weight
         w.seq = next(self._seq)
         w.deadline = now + c.bounds.max_wait_s
+        if w.shed_at < w.deadline:
+            w.deadline = w.shed_at
+        if w.due == math.inf:
+            w.due = w.arrival + c.bounds.max_wait_s
         w.evictable = True
         self._enter(w, c)
         return ACCEPTED if evicted is None else Accepted(evicted)
@@ -230,13 +253,18 @@ class PriorityQueue(Generic[P]):
             raise ValueError("only a popped waiter can be requeued")
         w.deadline = math.inf
         w.evictable = False
-        self._enter(w, self._class(w.priority))
+        c = self._class(w.priority)
+        c.fair.refund(w)
+        self._enter(w, c)
 
     def _enter(self, w: Waiter[P], c: _Class) -> None:
         w._epoch += 1
         w._owner = self
         e = w._epoch
-        heapq.heappush(self._order, (-w.priority, w.finish, w.arrival, w.seq, e, w))
+        c.fair.enter(w)
+        if not c.active:
+            c.active = True
+            heapq.heappush(self._active, -w.priority)
         if w.evictable:
             heapq.heappush(self._shed, (w.priority, -w.arrival, -w.seq, e, w))
         if w.deadline != math.inf:
@@ -258,43 +286,41 @@ class PriorityQueue(Generic[P]):
         w._owner = None
         c = self._classes[w.priority]
         c.depth -= 1
+        c.fair.leave(w)
         c.shares.discard(w)
         self._shares.discard(w)
         self._live -= 1
-        if len(self._order) + len(self._shed) + len(self._deadlines) > 6 * self._live + 192:
+        if len(self._shed) + len(self._deadlines) > 4 * self._live + 128:
             self._compact()
 
     def _compact(self) -> None:
         """Drop stale heap items (amortized: runs when most items are stale)."""
-        self._order = [i for i in self._order if i[-1]._owner is self and i[-2] == i[-1]._epoch]
         self._shed = [i for i in self._shed if i[-1]._owner is self and i[-2] == i[-1]._epoch]
         self._deadlines = [
             i for i in self._deadlines if i[-1]._owner is self and i[-2] == i[-1]._epoch
         ]
-        heapq.heapify(self._order)
         heapq.heapify(self._shed)
         heapq.heapify(self._deadlines)
 
     def peek(self) -> Waiter[P] | None:
         """The waiter `pop` would return."""
-        order = self._order
-        while order:
-            item = order[0]
-            w = item[-1]
-            if w._owner is self and item[-2] == w._epoch:
+        active = self._active
+        while active:
+            c = self._classes[-active[0]]
+            if c.depth:
+                w: Waiter[P] | None = c.fair.peek()
                 return w
-            heapq.heappop(order)
+            c.active = False
+            heapq.heappop(active)
         return None
 
     def pop(self) -> Waiter[P] | None:
-        """Take the next waiter to run: highest class, then fair order, then arrival."""
+        """Take the next waiter to run: highest class, then the tenant served least, then the
+        waiter due first."""
         w = self.peek()
         if w is None:
             return None
-        heapq.heappop(self._order)
-        c = self._classes[w.priority]
-        if w.finish > c.vtime:
-            c.vtime = w.finish
+        self._classes[w.priority].fair.charge(w)
         self._leave(w)
         return w
 
@@ -346,14 +372,24 @@ class PriorityQueue(Generic[P]):
 
     def waiting(self) -> list[Waiter[P]]:
         """Every waiter in the queue, in no particular order (O(n): for periodic work)."""
-        return [i[-1] for i in self._order if i[-1]._owner is self and i[-2] == i[-1]._epoch]
+        return [
+            i[-1]
+            for c in self._classes.values()
+            for f in c.fair.flows.values()
+            for i in f.heap
+            if i[-1]._owner is self and i[-2] == i[-1]._epoch
+        ]
 
     # -- accounting -----------------------------------------------------------------------
 
-    def settle(self, tenant: str, priority: int, weight: float, delta_tokens: float) -> None:
-        """Correct a tenant's fair share once a request's real cost is known (real tokens minus
-        the cost it was queued with): a tenant whose requests use less than they reserve
-        moves forward."""
-        c = self._classes.get(priority)
-        if c is not None and tenant in c.tags:
-            c.tags[tenant] += delta_tokens / weight
+    def settle(self, w: Waiter[P], used_tokens: float) -> None:
+        """A request ended: its tenant's counter holds what it really used (prompt and
+        generated tokens) instead of the cost it was charged when it left the queue. A waiter
+        that never left (refused, expired, gone while queued) was never charged: nothing to
+        correct. A tenant whose requests use less than they reserve moves forward."""
+        c = self._classes.get(w.priority)
+        if c is None or not w.charged:
+            return
+        used = used_tokens / w.weight
+        c.fair.settle(w.tenant, used - w.charged)
+        w.charged = used

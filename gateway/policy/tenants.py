@@ -11,6 +11,7 @@ from typing import Final
 from gateway.config.tenants import (
     PRIORITY_MIN,
     ModelOverride,
+    ObjectiveConfig,
     RateLimits,
     TenantConfig,
     UnknownFieldsMode,
@@ -72,6 +73,7 @@ class Tenant:
     per_model: Mapping[str, Limits] = field(default_factory=dict)
     resumable: bool | None = None  # its streams kept for resume (None: as their route says)
     unknown_fields: UnknownFieldsMode | None = None  # (None: as the gateway's setting says)
+    objectives: ObjectiveConfig | None = None  # its requests' targets (None: their class's)
 
     def limits(self, model: str) -> Limits:
         return self.per_model.get(model, self.defaults)
@@ -90,7 +92,15 @@ class Tenant:
     def from_config(cls, c: TenantConfig) -> Tenant:
         per_model = {m: _limits(c, m, o) for m, o in c.models.items()}
         defaults = _limits(c, None, None)
-        return cls(c.name, c.weight, defaults, per_model, c.resumable_streams, c.unknown_fields)
+        return cls(
+            c.name,
+            c.weight,
+            defaults,
+            per_model,
+            c.resumable_streams,
+            c.unknown_fields,
+            c.objectives,
+        )
 
 
 def _limits(t: TenantConfig, model: str | None, o: ModelOverride | None) -> Limits:

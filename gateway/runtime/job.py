@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gateway.policy.retry import Attempts
     from gateway.policy.routing.snapshot import RequestFeatures
     from gateway.runtime.admitter import Ticket
+    from gateway.runtime.forecast import Forecast
     from gateway.upstream.link import EngineLink
 
 # Module globals: an enum attribute lookup per token is slow in CPython 3.11.
@@ -60,11 +61,13 @@ class Job:
         "finish",
         "first_replica",
         "first_token_at",
+        "forecast",
         "generated",
         "key",
         "last_token_at",
         "link",
         "migrations",
+        "objective",
         "observe_itl",
         "out",
         "outcome",
@@ -133,6 +136,8 @@ class Job:
         self.observe_itl: Callable[[float], None] | None = None
         self.ticket: Ticket | None = None  # the admission ticket, settled when done
         self.waiter: Waiter[Job] | None = None  # its place in the pool's queue
+        self.objective = request.objective  # its latency targets (the service resolves them)
+        self.forecast: Forecast | None = None  # what its current placement was predicted
         self._began = False  # an engine produced its first output
         self._deadline = math.inf  # loop time
         self._first_by = math.inf  # loop time by which the engine it was placed on must answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gateway.config.tenants import SchedulingConfig
-from gateway.policy.priority_queue import Overflow, PriorityQueue
+from gateway.policy.priority_queue import Overflow, PriorityQueue, Waiter
 from gateway.runtime.job import Job
 from gateway.types import GatewayError, RateLimited, Unavailable
 
@@ -52,14 +52,33 @@ class Running:
         return iter(self._jobs)
 
 
+# How fast a pool's gap between finished requests follows them.
+_GAP_ALPHA = 0.1
+
+
 class Pool:
-    __slots__ = ("model", "preemptions", "queue", "running")
+    __slots__ = ("_last_free", "free_gap_s", "model", "preemptions", "queue", "running")
 
     def __init__(self, model: str, scheduling: SchedulingConfig) -> None:
         self.model = model
         self.queue: PriorityQueue[Job] = PriorityQueue(scheduling)
         self.running = Running()
         self.preemptions: dict[int, int] = {}
+        self.free_gap_s = 0.0  # the mean time between two requests finishing (a slot frees)
+        self._last_free = 0.0
+
+    def expiry_error(self, w: Waiter[Job]) -> GatewayError:
+        """What a waiter that `expired` is told: too late for its target, or waited too long."""
+        if w.late:
+            return late_error(self.queue.config.retry_after_s)
+        return overflow_error(self.queue.timed_out, "queue_timeout")
+
+    def freed(self, now: float) -> None:
+        """A running request finished: how long the next waiter may expect to wait for a
+        slot follows."""
+        if self._last_free:
+            self.free_gap_s += _GAP_ALPHA * (now - self._last_free - self.free_gap_s)
+        self._last_free = now
 
 
 def overflow_error(o: Overflow, reason: str = "queue_full") -> GatewayError:
@@ -68,6 +87,19 @@ def overflow_error(o: Overflow, reason: str = "queue_full") -> GatewayError:
     cls = RateLimited if o.status == 429 else Unavailable
     err = cls(o.reason, None, headers)
     err.reason = reason
+    return err
+
+
+def late_error(retry_after_s: float) -> GatewayError:
+    """A sheddable request that can no longer make its time-to-first-token target."""
+    retry = max(1, round(retry_after_s))
+    err = Unavailable(
+        "The request cannot make its time-to-first-token objective (x-slo-ttft-ms, or its "
+        "tenant's or class's objectives) at the current load.",
+        None,
+        (("retry-after", str(retry)),),
+    )
+    err.reason = "objective"
     return err
 
 

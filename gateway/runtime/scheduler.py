@@ -25,8 +25,9 @@ from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
 from gateway.runtime.keepalives import KeepAlives
 from gateway.runtime.lifecycle import ON_ENGINE, Move, next_state, stale
-from gateway.runtime.pool import Pool, no_replica, overflow_error
+from gateway.runtime.pool import Pool, late_error, no_replica, overflow_error
 from gateway.runtime.supervisor import Recovery, Supervisor
+from gateway.runtime.targets import Targets
 from gateway.types import GatewayError, Unavailable
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class Scheduler:
         self._scheduling = scheduling
         self._caps = dict(capacity_caps)
         self._preemption = Preemption(scheduling)
+        self.targets = Targets(fleet, scheduling)
         self.keepalive_s = keepalive_s
         self._on_done = on_done
         self._clock = clock
@@ -96,6 +98,7 @@ class Scheduler:
         self._scheduling = scheduling
         self._caps = dict(capacity_caps)
         self._preemption = Preemption(scheduling)
+        self.targets.reconfigure(scheduling)
         for pool in self.pools.values():
             pool.queue.reconfigure(scheduling)
 
@@ -128,7 +131,8 @@ class Scheduler:
         cap = self.capacity(pool.model)
         if cap == 0:
             raise no_replica(pool.model)
-        job.waiter = Waiter(job.tenant, job.priority, now, cost, job, weight)
+        targets = self.targets
+        job.waiter = Waiter(job.tenant, job.priority, now, cost, job, weight, due=targets.due(job))
         if not pool.queue and len(pool.running) < cap:
             # Through the queue all the same, so its fairness accounting sees every request
             # and a preempted job can be requeued in its place.
@@ -138,11 +142,15 @@ class Scheduler:
             if stale(job.state):
                 raise job.out.error or Unavailable("The request could not be placed.")
             return
+        shed_at = job.waiter.shed_at = targets.latest_start(job)
+        if shed_at <= now:  # (it would wait, and it cannot make its target even so)
+            job.waiter = None
+            raise late_error(self._scheduling.retry_after_s)
         result = pool.queue.push(job.waiter, now)
         if isinstance(result, Overflow):
             job.waiter = None  # (never queued: no cycle left for the collector)
             raise overflow_error(result)
-        self._queued(job, now)
+        self._beats.due(job, now + self.keepalive_s)  # (its first keep-alive)
         if result.evicted is not None:
             evicted = result.evicted.payload
             self._end(pool, evicted, overflow_error(pool.queue.evicted))
@@ -168,8 +176,11 @@ class Scheduler:
             lowest = pool.running.lowest()
             if lowest is None or lowest >= head.priority:
                 return  # no running job of a lower class: none to preempt (none looked at)
+            spares = self.targets.spares
             victim = self._preemption.choose(
-                head.priority, (j for j in pool.running if j.preemptible), now
+                head.priority,
+                (j for j in pool.running if j.preemptible and not spares(j, pool, now)),
+                now,
             )
             if victim is None:
                 return
@@ -190,6 +201,7 @@ class Scheduler:
         where = self.supervisor.choose(job, now, avoid)
         if where is None:
             return False
+        running = where.link.inflight
         try:
             job.key = where.link.submit(job.request, job, job.generated)
         except Unavailable:
@@ -202,6 +214,7 @@ class Scheduler:
         if not job.first_replica:
             job.first_replica = where.address
         job.placed()
+        self.targets.placed(job, where.replica, where.link.name, running)
         pool.running.add(job)
         return True
 
@@ -226,23 +239,17 @@ class Scheduler:
         job.state = next_state(job.state, Move.PREEMPT)
         assert job.waiter is not None
         pool.queue.requeue(job.waiter)
-        self._queued(job, now)
-        log.info(
-            "request %s (class %d) preempted after %d tokens",
-            job.request.request_id,
-            job.priority,
-            len(job.generated),
-        )
-
-    def _queued(self, job: Job, now: float) -> None:
-        """The job waits: its first keep-alive is due one interval from now."""
-        self._beats.due(job, now + self.keepalive_s)
+        self._beats.due(job, now + self.keepalive_s)  # (its first keep-alive)
+        rid, n = job.request.request_id, len(job.generated)
+        log.info("request %s (class %d) preempted after %d tokens", rid, job.priority, n)
 
     # -- events ----------------------------------------------------------------------------------
     def _on_finished(self, ev: Finished) -> None:
         job = ev.job
         pool = self._pool(job.request.model)
         pool.running.discard(job)  # (first: whatever fails below, its slot is free)
+        pool.freed(self._clock())
+        self.targets.finished(job)
         self._done(job)
         self.supervisor.succeeded(job)
         self._dispatch(pool, self._clock())
@@ -326,8 +333,10 @@ class Scheduler:
             self._dispatch(pool, self._clock())
 
     def _done(self, job: Job) -> None:
-        """Once per job, whichever way it ended: its charge is settled, its line logged."""
-        job.waiter = None  # (its waiter names it: freed now, not by the collector)
+        """Once per job, whichever way it ended: its charges are settled, its line logged."""
+        w, job.waiter = job.waiter, None  # (its waiter names it: freed now, not by the collector)
+        if w is not None:
+            self._pool(job.request.model).queue.settle(w, job.prompt_tokens + len(job.generated))
         if self._on_done is not None:
             self._on_done(job)
 
@@ -381,8 +390,7 @@ class Scheduler:
             for pool in list(self.pools.values()):
                 for w in pool.queue.expired(now):
                     try:
-                        error = overflow_error(pool.queue.timed_out, "queue_timeout")
-                        self._end(pool, w.payload, error)
+                        self._end(pool, w.payload, pool.expiry_error(w))
                     except Exception:  # one request's end must not keep the others waiting
                         log.exception("ending request %s failed", w.payload.request.request_id)
             self._beats.beat(now, self.keepalive_s)

@@ -9,6 +9,7 @@ from shardgate.v1.params import asked, template_asked
 
 from gateway.observability.labels import RejectReason, reason_of
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.objective_metrics import Result
 from gateway.policy.admission import Rejected, estimate_tokens
 from gateway.policy.tenants import Tenants
 from gateway.runtime.admitter import Admitter
@@ -24,6 +25,8 @@ from gateway.types import (
     RateLimited,
     Unavailable,
 )
+
+REFUSED = Result.REFUSED
 
 
 def reject_reason(r: Rejected) -> RejectReason:
@@ -71,6 +74,7 @@ class Service:
         self._check_capabilities(req)
         priority = tenant.priority(req.model, req.priority)
         req.priority = priority
+        req.objective = self.scheduler.targets.resolve(req.objective, tenant, priority)
         estimate = estimate_tokens(req)
         now = self._clock()
         ticket = await self.admission.reserve(tenant, req.model, estimate, now)
@@ -96,6 +100,8 @@ class Service:
             self.admission.complete(ticket, 0, now)
             if self.metrics is not None and not job.outcome:
                 self.metrics.rejected(req.model, reason_of_error(e), priority)
+                if job.objective is not None:
+                    self.metrics.objectives.request(req.model, tenant.name, priority, REFUSED)
             e.headers = (*ticket.headers, *e.headers)
             raise
         return job
@@ -136,8 +142,3 @@ class Service:
             return
         used = job.prompt_tokens + len(job.generated)
         self.admission.complete(ticket, used, self._clock())
-        pool = self.scheduler.pools.get(job.request.model)
-        if pool is not None:
-            tenant = self.tenants.get(job.tenant)
-            weight = tenant.weight if tenant is not None else 1.0
-            pool.queue.settle(job.tenant, job.priority, weight, used - ticket.charged)

@@ -27,6 +27,8 @@ from gateway.api.openai.serving import (
     response_headers,
 )
 from gateway.config.schema import GatewaySettings
+from gateway.policy import objectives
+from gateway.policy.objectives import TPOT_HEADER, TTFT_HEADER
 from gateway.policy.tenants import bearer_key
 from gateway.policy.unknown_fields import admit
 from gateway.runtime.job import Job
@@ -70,6 +72,7 @@ class AnthropicServing:
         if asked is not None:
             req.priority = parse_priority(asked)
         req.session_id = headers.get("x-session-id", "")[:128]
+        req.objective = objectives.parse(headers.get(TTFT_HEADER), headers.get(TPOT_HEADER))
         if req.unknown_fields is not None:
             tenant = self._service.tenants.resolve(api_key(headers))
             admit(req.unknown_fields, rid, tenant, s.unknown_fields, "anthropic")

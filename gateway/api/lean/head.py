@@ -14,6 +14,7 @@ from typing import Final, Literal
 
 import httptools
 
+from gateway.policy.objectives import TPOT_HEADER, TTFT_HEADER
 from gateway.streams.ask import RESUMABLE_HEADER
 
 __all__ = ["KEPT", "LEAN_PATHS", "Head", "HeadLimits", "HeadReader", "Verdict"]
@@ -30,7 +31,15 @@ _CONNECTION: Final = {None: False, "keep-alive": False, "close": True}
 # The headers a served request keeps, for its handler (`LeanExchange.header`): the rest are
 # checked and dropped, not held for the life of a stream (the OpenAI SDK sends ~15).
 KEPT: Final = frozenset(
-    {"authorization", "x-priority", "x-request-id", "x-session-id", RESUMABLE_HEADER}
+    {
+        "authorization",
+        "x-priority",
+        "x-request-id",
+        "x-session-id",
+        RESUMABLE_HEADER,
+        TTFT_HEADER,
+        TPOT_HEADER,
+    }
 )
 
 

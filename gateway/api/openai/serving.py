@@ -28,6 +28,8 @@ from gateway.api.openai.token_ids import prompts_token_ids
 from gateway.api.openai.tokenize import Tokenizing
 from gateway.api.openai.usage_chunks import ChoiceUsage
 from gateway.config.schema import GatewaySettings
+from gateway.policy import objectives
+from gateway.policy.objectives import TPOT_HEADER, TTFT_HEADER
 from gateway.policy.tenants import bearer_key
 from gateway.policy.unknown_fields import admit
 from gateway.runtime.job import Job
@@ -85,6 +87,7 @@ class OpenAIServing:
         if asked is not None:
             req.priority = parse_priority(asked)
         req.session_id = (ex.header("x-session-id") or "")[:128]
+        req.objective = objectives.parse(ex.header(TTFT_HEADER), ex.header(TPOT_HEADER))
         resumable = parse_asked(ex.header(RESUMABLE_HEADER))
         if resumable is not None:
             req.resumable = resumable  # (the header over stream_options.resumable)

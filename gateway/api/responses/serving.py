@@ -27,6 +27,8 @@ from gateway.api.responses.run import drive
 from gateway.api.responses.store import ResponseStore, Stored
 from gateway.config.schema import GatewaySettings
 from gateway.ids import new_request_id
+from gateway.policy import objectives
+from gateway.policy.objectives import TPOT_HEADER, TTFT_HEADER
 from gateway.policy.tenants import bearer_key
 from gateway.policy.unknown_fields import admit
 from gateway.runtime.job import Job
@@ -105,6 +107,9 @@ class ResponsesServing:
         if asked is not None:
             req.priority = parse_priority(asked)
         req.session_id = request.headers.get("x-session-id", "")[:128]
+        req.objective = objectives.parse(
+            request.headers.get(TTFT_HEADER), request.headers.get(TPOT_HEADER)
+        )
         gen = await self._service.submit(req, bearer_key(request.headers.get("Authorization")))
         state = _state_of(decoded, req.served_model, self.streams.tag)
         entry = Entry(state, prior + decoded.messages)

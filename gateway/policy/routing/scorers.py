@@ -158,6 +158,7 @@ class PrecisePrefix:
             _, cands, tokens = last
             chosen = next((t for r, t in zip(cands, tokens, strict=True) if r is replica), 0)
             self.caches.routed(chosen, max(tokens))
+            req.routed[replica.head] = chosen
         bs = self.caches.block_sizes.get(replica.head, 0)
         if bs:
             self.caches.index.speculate(replica.head, self.names(req, bs), now)

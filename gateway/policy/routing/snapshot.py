@@ -121,3 +121,5 @@ class RequestFeatures:
     prompt_ids: Sequence[int] | None = None
     # The names of the prompt's KV blocks per block size, filled as routing needs them.
     kv_names: dict[int, list[int]] = field(default_factory=dict)
+    # Per replica head it was routed to: the prompt tokens its engine held (precise prefix).
+    routed: dict[str, int] = field(default_factory=dict)
