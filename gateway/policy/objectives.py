@@ -94,7 +94,11 @@ def pause_misses(
     if objective is None:
         return False
     if not first_token_at:
-        return objective.ttft_s is not None and now + pause_s > arrival + objective.ttft_s
+        if objective.ttft_s is None:
+            return False
+        deadline = arrival + objective.ttft_s
+        return now <= deadline < now + pause_s  # (a target already missed protects nothing)
     if objective.tpot_s is None or generated < 1:
         return False
-    return (now - first_token_at + pause_s) / generated > objective.tpot_s
+    so_far = now - first_token_at
+    return so_far / generated <= objective.tpot_s < (so_far + pause_s) / generated

@@ -12,8 +12,8 @@ figures (gateway/policy/linear.py: least squares over a sliding window).
 A request's own uncached tokens are its prompt (the gateway's estimate) less what precise
 prefix routing found the replica holds; with no such match, less the replica's recent share
 of prompt tokens served from cache (its engines' usage reports). Models learn from requests
-that finished on the replica they were first placed on; a replica that drops out is
-forgotten.
+that finished on the replica they were first placed on; an ended request leaves nothing here
+(`drop`).
 """
 
 from __future__ import annotations
@@ -111,8 +111,11 @@ class Forecasts:
             r = self._replicas[name] = _Replica(self._window)
         return r
 
-    def forget(self, name: str) -> None:
-        self._replicas.pop(name, None)
+    def drop(self, name: str, job: Job) -> None:
+        """`job` ended: it is no longer pending on `name` (nothing keeps an ended job)."""
+        r = self._replicas.get(name)
+        if r is not None and r.pending:
+            r.pending = [p for p in r.pending if p[0] is not job]
 
     def uncached(self, name: str, prompt_tokens: int, cached: int | None) -> int:
         r = self._replicas.get(name)

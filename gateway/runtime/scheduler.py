@@ -249,7 +249,7 @@ class Scheduler:
         pool = self._pool(job.request.model)
         pool.running.discard(job)  # (first: whatever fails below, its slot is free)
         pool.freed(self._clock())
-        self.targets.finished(job)
+        self.targets.finished(job)  # (before _done: it reads the job's forecast)
         self._done(job)
         self.supervisor.succeeded(job)
         self._dispatch(pool, self._clock())
@@ -335,6 +335,7 @@ class Scheduler:
     def _done(self, job: Job) -> None:
         """Once per job, whichever way it ended: its charges are settled, its line logged."""
         w, job.waiter = job.waiter, None  # (its waiter names it: freed now, not by the collector)
+        self.targets.ended(job)
         if w is not None:
             self._pool(job.request.model).queue.settle(w, job.prompt_tokens + len(job.generated))
         if self._on_done is not None:

@@ -81,7 +81,9 @@ class Targets:
         o = job.objective
         if not self.enabled or o is None:
             return False
-        resume = self.forecasts.ttft(job.replica, len(pool.running), _prompt_tokens(job))
+        running = job.link.inflight if job.link is not None else len(pool.running)
+        own = self.forecasts.uncached(job.replica, _prompt_tokens(job), None)
+        resume = self.forecasts.ttft(job.replica, running, own)
         pause = (resume or 0.0) + pool.free_gap_s
         return objectives.pause_misses(
             o, now, job.arrival, job.first_token_at, len(job.generated), pause
@@ -95,6 +97,12 @@ class Targets:
         job.forecast = self.forecasts.place(
             job, replica, running, _prompt_tokens(job), cached, time.monotonic()
         )
+
+    def ended(self, job: Job) -> None:
+        """The job is over, whichever way: nothing of it stays in the forecasts."""
+        f, job.forecast = job.forecast, None
+        if f is not None:
+            self.forecasts.drop(f.replica, job)
 
     def finished(self, job: Job) -> None:
         f = job.forecast

@@ -157,9 +157,14 @@ def test_an_error_event_mid_stream() -> None:
 
 
 def test_an_http_error_status() -> None:
-    errors, v = verify(b'{"error": {"message": "no"}}', status=503)
+    errors, v = verify(b'{"error": {"message": "no"}}', status=503, headers={"retry-after": "1"})
     assert errors == ["http_503"]
     assert v.detail == 'http_503: {"error": {"message": "no"}}'
+
+
+def test_a_refusal_without_retry_after_is_its_own_kind() -> None:
+    errors, _ = verify(b'{"error": {"message": "no"}}', status=429)
+    assert errors == ["http_429" + kinds.NO_RETRY_AFTER]
 
 
 def test_a_body_that_is_not_an_event_stream() -> None:

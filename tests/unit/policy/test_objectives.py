@@ -92,6 +92,9 @@ def test_latest_start(ttft: float | None, engine: float | None, expected: float)
         (Objective(1.0, 0.1), 10.1, 8, 0.35, False),  # (0.4 + 0.35) / 8 < 0.1
         (Objective(1.0, 0.1), 10.1, 8, 0.5, True),
         (Objective(1.0, None), 10.1, 8, 99.0, False),  # TTFT met already, no TPOT target
+        # a target already missed protects nothing (the victim is fair game)
+        (Objective(0.2, None), 0.0, 0, 0.1, False),
+        (Objective(1.0, 0.01), 10.1, 8, 0.1, False),
     ],
 )
 def test_pause_misses(
