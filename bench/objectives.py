@@ -16,6 +16,7 @@ and errors; and the gateway's prediction error p50 (shardgate_prediction_error_r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import subprocess
@@ -24,46 +25,46 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import kv_routing
 from bench.kv_routing import metrics, wait_ready
 
 MODES = {"objectives": "true", "today": "false"}
 
 
-def config(a: argparse.Namespace, mode: str, port: int) -> str:
-    blocks_per_prefix = -(-a.prefix_tokens // a.block_size)
-    num_blocks = int(a.groups * blocks_per_prefix / a.replicas / a.kv_demand)
-    sim = (
-        f"{{model: sim-llama, profile: {a.profile}, max_num_seqs: {a.max_num_seqs}, "
-        f"num_kv_blocks: {num_blocks}, block_size: {a.block_size}, eos_every: 0}}"
-    )
-    lines = [
-        "gateway:",
-        f"  http: {{host: 127.0.0.1, port: {port}}}",
-        f"  grpc: {{host: 127.0.0.1, port: {port + 1}}}",
-        "  request_timeout_s: 600",
-        "  first_token_timeout_s: 300",
-        "routing: {profile: {scorers: [{type: load, weight: 1}, {type: prefix, weight: 1}]}}",
-        "health: {suspect_after_intervals: 20, down_after_intervals: 60}",
-        f"scheduling: {{objectives: {MODES[mode]}}}",
-        "tenants:",
-        "  - {name: interactive, keys: [key-interactive], default_priority: 1}",
-        "  - {name: batch, keys: [key-batch], default_priority: -1}",
-        "sidecars:",
-    ]
-    for i in range(a.replicas):
-        lines += [
-            f"  - name: sim-{i}",
-            f"    address: 127.0.0.1:{port + 10 + i}",
-            "    launch:",
-            "      backend: sim",
-            f"      sim: {sim}",
-        ]
-    return "\n".join(lines) + "\n"
+TENANTS = (
+    "tenants:\n"
+    "  - {name: interactive, keys: [key-interactive], default_priority: 1}\n"
+    "  - {name: batch, keys: [key-batch], default_priority: -1}\n"
+)
+
+
+def config(a: argparse.Namespace, mode: str, port: int, tenants: str = TENANTS) -> str:
+    """The KV-routing bench's fleet (precise prefix routing), with tenants and the mode."""
+    head, _, sidecars = kv_routing.config(a, "precise", port).partition("sidecars:\n")
+    return f"{head}scheduling: {{objectives: {MODES[mode]}}}\n{tenants}sidecars:\n{sidecars}"
+
+
+@contextlib.contextmanager
+def cluster(cfg: Path, port: int) -> Iterator[None]:
+    """`shardgate up` on `cfg`, ready, and stopped at the end."""
+    cmd = [sys.executable, "-m", "gateway", "up", "--config", str(cfg), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(port, proc)
+        time.sleep(1.0)  # (every sidecar linked)
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def scenario(a: argparse.Namespace, closed: bool) -> str:
@@ -146,12 +147,8 @@ def row(mode: str, load: float, capacity: float, report: Any, errs: dict[str, An
 def run_mode(a: argparse.Namespace, mode: str, work: Path, capacity: float | None) -> Any:
     cfg = work / f"{mode}.yaml"
     cfg.write_text(config(a, mode, a.port))
-    cmd = [sys.executable, "-m", "gateway", "up", "--config", str(cfg), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows = []
-    try:
-        wait_ready(a.port, proc)
-        time.sleep(1.0)  # (every sidecar linked)
+    with cluster(cfg, a.port):
         if capacity is None:
             closed = run_bench(a, work, f"{mode}-closed", True, 0.0)
             capacity = float(closed["throughput"]["requests_per_s"])
@@ -164,20 +161,11 @@ def run_mode(a: argparse.Namespace, mode: str, work: Path, capacity: float | Non
             errs = {f"pred_err_p50_{f}": error_p50(before, after, f) for f in ("ttft", "tpot")}
             rows.append(row(mode, load, capacity, report, errs))
             print(json.dumps(rows[-1]), flush=True)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     return capacity, rows
 
 
 FAIR_TENANTS = (
-    "tenants:\n"
-    "  - {name: long, keys: [key-long]}\n"
-    "  - {name: short, keys: [key-short]}\n"
-    "sidecars:\n"
+    "tenants:\n  - {name: long, keys: [key-long]}\n  - {name: short, keys: [key-short]}\n"
 )
 
 
@@ -200,9 +188,7 @@ def fairness(a: argparse.Namespace, work: Path) -> dict[str, Any]:
     their shares of the tokens served (prompt + completion) between two scrapes taken while
     both are backlogged."""
     cfg = work / "fair.yaml"
-    text = config(a, "objectives", a.port)
-    head, _, tail = text.partition("tenants:\n")
-    cfg.write_text(head + FAIR_TENANTS + tail.split("sidecars:\n", 1)[1])
+    cfg.write_text(config(a, "objectives", a.port, FAIR_TENANTS))
     scen = work / "fair-scenario.yaml"
     scen.write_text(
         "name: fairness\nmode: open\nrate_rps: 1\nconcurrency: 8192\n"
@@ -212,11 +198,7 @@ def fairness(a: argparse.Namespace, work: Path) -> dict[str, Any]:
         f"  - {{name: long, api_key: key-long, prompt_tokens: {a.long_tokens}}}\n"
         "  - {name: short, api_key: key-short}\n"
     )
-    up = [sys.executable, "-m", "gateway", "up", "--config", str(cfg), "--log-level", "warning"]
-    proc = subprocess.Popen(up, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(a.port, proc)
-        time.sleep(1.0)  # (every sidecar linked)
+    with cluster(cfg, a.port):
         cmd = [sys.executable, "-m", "gateway", "bench", "--url", f"http://127.0.0.1:{a.port}"]
         cmd += ["--scenario", str(scen), "--out", str(work / "fair"), "--quiet"]
         cmd += ["--no-plots", "--no-progress", "--rate", str(2 * a.fair_rate)]
@@ -229,12 +211,6 @@ def fairness(a: argparse.Namespace, work: Path) -> dict[str, Any]:
         finally:
             load.kill()
             load.wait()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     served = {t: after_tokens[t] - before_tokens[t] for t in ("long", "short")}
     whole = sum(served.values()) or 1.0
     waits = [

@@ -179,7 +179,6 @@ class Gateway:
         )
         self.service.fallbacks = dict(config.fallbacks)
         self.scheduler.on_queue_wait = self.reporter.queue_wait
-        self.scheduler.targets.on_forecast = self.reporter.forecast
         self.fleet.on_change = self.scheduler.capacity_changed
         self.metrics.register_heartbeat_age(lambda: heartbeat_ages(self.fleet.links))
         self.metrics.registry.register(KvCollector(self.fleet.kv.caches))

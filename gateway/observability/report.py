@@ -11,7 +11,6 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.objective_metrics import Result, judge
 
 if TYPE_CHECKING:
-    from gateway.runtime.forecast import Forecast
     from gateway.runtime.job import Job
 
 
@@ -61,6 +60,13 @@ class RequestReporter:
                 completion,
                 job.cached_tokens,
             )
+        f = job.forecast
+        if f is not None:  # (its last placement's predictions against what its engine did)
+            o = m.objectives
+            if f.ttft_s is not None and f.observed_ttft_s is not None:
+                o.predicted(model, "ttft", f.ttft_s, f.observed_ttft_s)
+            if f.tpot_s is not None and f.observed_tpot_s is not None:
+                o.predicted(model, "tpot", f.tpot_s, f.observed_tpot_s)
         if job.objective is not None:
             if outcome == Outcome.REJECTED:
                 result = Result.REFUSED
@@ -88,11 +94,3 @@ class RequestReporter:
                 migrations=job.migrations,
                 retries=job.retries,
             )
-
-    def forecast(self, job: Job, f: Forecast, ttft_s: float | None, tpot_s: float | None) -> None:
-        """A placement's predictions against what its engine did."""
-        o = self.metrics.objectives
-        if f.ttft_s is not None and ttft_s is not None:
-            o.predicted(job.request.model, "ttft", f.ttft_s, ttft_s)
-        if f.tpot_s is not None and tpot_s is not None:
-            o.predicted(job.request.model, "tpot", f.tpot_s, tpot_s)

@@ -2,8 +2,8 @@
 
 Each observation is a feature vector `x` (its first entry 1, the intercept) and a value `y`.
 The model keeps the sums XᵀX and Xᵀy of the window, adds the newest and subtracts the oldest,
-and solves (XᵀX + ridge) w = Xᵀy when asked for a prediction after a change (a 2x2 or 3x3
-system: a few dozen operations). The ridge keeps the solve stable when a feature stays constant
+and solves (XᵀX + ridge) w = Xᵀy when asked for a prediction, at most once every `REFRESH`
+observations (a 3x3 or 5x5 system). The ridge keeps the solve stable when a feature stays constant
 (a replica whose batch is always full): the fit then explains the level with the intercept,
 and predictions at the values it has seen stay right. The sums are rebuilt from the window
 every `window` observations, so rounding does not accumulate.
@@ -19,6 +19,9 @@ from collections import deque
 from collections.abc import Sequence
 
 RIDGE = 1e-6
+# A fit is refreshed after this many new observations (a solve costs ~20 µs: one per request
+# would be most of a placement's cost), or when a prediction finds none yet.
+REFRESH = 8
 
 
 class OnlineLinear:
@@ -33,7 +36,7 @@ class OnlineLinear:
         self._xtx = [[0.0] * n for _ in range(n)]
         self._xty = [0.0] * n
         self._w: list[float] | None = None
-        self._dirty = False
+        self._dirty = 0  # observations since the last fit
         self._since_rebuild = 0
 
     def __len__(self) -> int:
@@ -58,7 +61,7 @@ class OnlineLinear:
         self._since_rebuild += 1
         if self._since_rebuild >= self._window:
             self._rebuild()
-        self._dirty = True
+        self._dirty += 1
 
     def _add(self, x: tuple[float, ...], y: float, sign: float) -> None:
         n, xtx, xty = self._n, self._xtx, self._xty
@@ -81,9 +84,9 @@ class OnlineLinear:
         """The fitted coefficients (None before `ready`)."""
         if not self.ready:
             return None
-        if self._dirty or self._w is None:
+        if self._w is None or self._dirty >= REFRESH:
             self._w = _solve(self._xtx, self._xty)
-            self._dirty = False
+            self._dirty = 0
         return self._w
 
     def predict(self, x: Sequence[float]) -> float | None:

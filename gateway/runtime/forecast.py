@@ -36,7 +36,17 @@ _RATE_S = 2.0
 class Forecast:
     """What was predicted for one placement, and from what."""
 
-    __slots__ = ("attempt", "placed_at", "replica", "tpot_s", "tpot_x", "ttft_s", "ttft_x")
+    __slots__ = (
+        "attempt",
+        "observed_tpot_s",
+        "observed_ttft_s",
+        "placed_at",
+        "replica",
+        "tpot_s",
+        "tpot_x",
+        "ttft_s",
+        "ttft_x",
+    )
 
     def __init__(
         self,
@@ -55,6 +65,9 @@ class Forecast:
         self.tpot_x = tpot_x
         self.ttft_s = ttft_s
         self.tpot_s = tpot_s
+        # What its engine did (set once it finished where it was placed; None: not known).
+        self.observed_ttft_s: float | None = None
+        self.observed_tpot_s: float | None = None
 
 
 class _Replica:
@@ -154,22 +167,20 @@ class Forecasts:
             name, job.attempt, now, ttft_x, tpot_x, r.ttft.predict(ttft_x), r.tpot.predict(tpot_x)
         )
 
-    def finished(self, job: Job, f: Forecast) -> tuple[float | None, float | None]:
-        """Learn from a job that finished where `f` placed it; the observed (TTFT, TPOT) of the
-        engine part (None where it cannot be told)."""
+    def finished(self, job: Job, f: Forecast) -> None:
+        """Learn from a job that finished where `f` placed it; `f` keeps the observed TTFT and
+        TPOT of the engine part (where they can be told)."""
         r = self._replicas.get(f.replica)
         if r is None or job.attempt != f.attempt or job.replica != f.replica:
-            return None, None
+            return
         if job.prompt_tokens:
             share = min(1.0, job.cached_tokens / job.prompt_tokens)
             r.cached_share += _CACHED_ALPHA * (share - r.cached_share)
-        ttft = tpot = None
         if job.first_token_at >= f.placed_at:
-            ttft = job.first_token_at - f.placed_at
-            r.ttft.observe(f.ttft_x, ttft)
+            f.observed_ttft_s = job.first_token_at - f.placed_at
+            r.ttft.observe(f.ttft_x, f.observed_ttft_s)
         n = len(job.generated)
         moved = job.preemptions or job.migrations  # (its gaps hold a pause)
         if n >= 2 and job.last_token_at > job.first_token_at and not moved:
-            tpot = (job.last_token_at - job.first_token_at) / (n - 1)
-            r.tpot.observe(f.tpot_x, tpot)
-        return ttft, tpot
+            f.observed_tpot_s = (job.last_token_at - job.first_token_at) / (n - 1)
+            r.tpot.observe(f.tpot_x, f.observed_tpot_s)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Final
 
 from gateway.config.tenants import SchedulingConfig
-from gateway.policy.priority_queue import Overflow, PriorityQueue, Waiter
+from gateway.policy.priority_queue import SATURATED_STATUS, Overflow, PriorityQueue, Waiter
 from gateway.runtime.job import Job
 from gateway.types import GatewayError, RateLimited, Unavailable
 
@@ -90,17 +91,15 @@ def overflow_error(o: Overflow, reason: str = "queue_full") -> GatewayError:
     return err
 
 
+LATE: Final = (
+    "The request cannot make its time-to-first-token objective (x-slo-ttft-ms, or its "
+    "tenant's or class's objectives) at the current load."
+)
+
+
 def late_error(retry_after_s: float) -> GatewayError:
     """A sheddable request that can no longer make its time-to-first-token target."""
-    retry = max(1, round(retry_after_s))
-    err = Unavailable(
-        "The request cannot make its time-to-first-token objective (x-slo-ttft-ms, or its "
-        "tenant's or class's objectives) at the current load.",
-        None,
-        (("retry-after", str(retry)),),
-    )
-    err.reason = "objective"
-    return err
+    return overflow_error(Overflow(SATURATED_STATUS, LATE, retry_after_s), "objective")
 
 
 def no_replica(model: str) -> GatewayError:

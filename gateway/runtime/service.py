@@ -26,8 +26,6 @@ from gateway.types import (
     Unavailable,
 )
 
-REFUSED = Result.REFUSED
-
 
 def reject_reason(r: Rejected) -> RejectReason:
     return RejectReason.RATE_TOKENS if r.tokens else RejectReason.RATE_REQUESTS
@@ -101,7 +99,9 @@ class Service:
             if self.metrics is not None and not job.outcome:
                 self.metrics.rejected(req.model, reason_of_error(e), priority)
                 if job.objective is not None:
-                    self.metrics.objectives.request(req.model, tenant.name, priority, REFUSED)
+                    self.metrics.objectives.request(
+                        req.model, tenant.name, priority, Result.REFUSED
+                    )
             e.headers = (*ticket.headers, *e.headers)
             raise
         return job

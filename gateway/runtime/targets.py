@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 
 from gateway.config.tenants import SchedulingConfig
 from gateway.policy import objectives
 from gateway.policy.admission import estimate_prompt_tokens
 from gateway.policy.tenants import Tenant
 from gateway.runtime.fleet import Fleet
-from gateway.runtime.forecast import Forecast, Forecasts
+from gateway.runtime.forecast import Forecasts
 from gateway.runtime.job import Job
 from gateway.runtime.pool import Pool
 from gateway.types import Objective
-
-# (job, its forecast, observed TTFT, observed TPOT) once it finished where it was placed.
-OnForecast = Callable[[Job, Forecast, float | None, float | None], None]
 
 
 def _prompt_tokens(job: Job) -> int:
@@ -32,12 +28,11 @@ def _prompt_tokens(job: Job) -> int:
 
 
 class Targets:
-    __slots__ = ("_fleet", "_scheduling", "enabled", "forecasts", "on_forecast")
+    __slots__ = ("_fleet", "_scheduling", "enabled", "forecasts")
 
     def __init__(self, fleet: Fleet, scheduling: SchedulingConfig) -> None:
         self._fleet = fleet
         self.forecasts = Forecasts()
-        self.on_forecast: OnForecast | None = None
         self._scheduling = scheduling
         self.enabled = scheduling.objectives
 
@@ -99,15 +94,11 @@ class Targets:
         )
 
     def ended(self, job: Job) -> None:
-        """The job is over, whichever way: nothing of it stays in the forecasts."""
-        f, job.forecast = job.forecast, None
-        if f is not None:
-            self.forecasts.drop(f.replica, job)
+        """The job is over, whichever way: nothing of it stays in the forecasts (its own
+        forecast stays with it, for its report)."""
+        if job.forecast is not None:
+            self.forecasts.drop(job.forecast.replica, job)
 
     def finished(self, job: Job) -> None:
-        f = job.forecast
-        if f is None:
-            return
-        ttft, tpot = self.forecasts.finished(job, f)
-        if self.on_forecast is not None:
-            self.on_forecast(job, f, ttft, tpot)
+        if job.forecast is not None:
+            self.forecasts.finished(job, job.forecast)
