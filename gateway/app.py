@@ -36,15 +36,17 @@ from gateway.observability.report import RequestReporter
 from gateway.observability.siblings import Siblings
 from gateway.observability.stream_metrics import StreamMetrics
 from gateway.policy.routing.router import Router
-from gateway.policy.tenants import ANONYMOUS, Limits, Tenant, Tenants
+from gateway.policy.tenants import Tenants, kept_tenants
 from gateway.runtime.admitter import Admitter, LocalAdmission
 from gateway.runtime.events import EventQueue
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
+from gateway.runtime.keyring import Keyring
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.service import Service
 from gateway.runtime.supervisor import Supervisor
 from gateway.shared_limits.admission import SharedAdmission
+from gateway.store.sql import open_store
 from gateway.streams import owner
 from gateway.streams.hub import Streams
 from gateway.tls import TlsFiles
@@ -79,41 +81,6 @@ def discovery_source(d: DiscoverySettings, resolver: Resolver | None = None) -> 
     if d.mode == "kubernetes" and d.kubernetes is not None:
         return KubernetesSource(d.kubernetes)
     return None
-
-
-def _bucket_settings(lim: Limits) -> tuple[object, ...]:
-    """What an admission account is built from (priorities and weight are read per request)."""
-    return (
-        lim.requests_per_s,
-        lim.requests_burst,
-        lim.tokens_per_min,
-        lim.tokens_burst,
-        lim.max_concurrent,
-    )
-
-
-def _resolved(config: Config) -> dict[str, Tenant]:
-    if not config.tenants:
-        return {ANONYMOUS: Tenant(ANONYMOUS)}
-    return {t.name: Tenant.from_config(t) for t in config.tenants}
-
-
-def kept_tenants(old: Config, new: Config) -> set[str]:
-    """The tenants whose buckets and concurrency limit are the same in both configs on every
-    model, so that their live levels carry over a reload (keys, weight, priorities may differ)."""
-    before, after = _resolved(old), _resolved(new)
-    kept = set()
-    for name, t in after.items():
-        o = before.get(name)
-        if o is None:
-            continue
-        models = t.per_model.keys() | o.per_model.keys()
-        same = _bucket_settings(t.defaults) == _bucket_settings(o.defaults) and all(
-            _bucket_settings(t.limits(m)) == _bucket_settings(o.limits(m)) for m in models
-        )
-        if same:
-            kept.add(name)
-    return kept
 
 
 class Gateway:
@@ -169,15 +136,21 @@ class Gateway:
             on_done=self._settle,
             capacity_share=worker_of,
         )
+        self.keyring: Keyring | None = None
+        store = config.store_config()
+        if store is not None:
+            self.keyring = Keyring(open_store(store.url), store)
+            self.keyring.on_change = self._tenant_labels
         self.service = Service(
             self.fleet,
             self.scheduler,
-            Tenants(config.tenants, config.anonymous),
+            Tenants(config.tenants, config.anonymous, self.keyring),
             self._admitter(config),
             s.max_pending_deltas,
             self.metrics,
         )
         self.service.fallbacks = dict(config.fallbacks)
+        self.service.keyring, self.service.pricing = self.keyring, config.pricing
         self.scheduler.on_queue_wait = self.reporter.queue_wait
         self.fleet.on_change = self.scheduler.capacity_changed
         self.metrics.register_heartbeat_age(lambda: heartbeat_ages(self.fleet.links))
@@ -263,10 +236,12 @@ class Gateway:
         in-flight streams, connected sidecars."""
         new = share(new, self.worker_of)
         s = new.gateway
-        tenants = Tenants(new.tenants, new.anonymous)
+        tenants = Tenants(new.tenants, new.anonymous, self.keyring)
         self.supervisor.reconfigure(new.routing, new.retry, new.health)  # may raise: first
-        self.service.admission.reconfigure(new.model_limits, kept_tenants(self.config, new))
+        kept = kept_tenants(self.config.tenants, new.tenants)
+        self.service.admission.reconfigure(new.model_limits, kept)
         self.service.tenants = tenants
+        self.service.pricing = new.pricing
         self.service.max_pending = s.max_pending_deltas
         self.service.fallbacks = dict(new.fallbacks)
         self.scheduler.reconfigure(new.scheduling, new.model_capacity)
@@ -281,10 +256,15 @@ class Gateway:
         self.grpc_servicer.settings = s
         self.reporter.log_requests = s.request_log
         collector.set_thresholds(s.gc)
-        self.metrics.set_tenants(t.name for t in new.tenants)
         self.metrics.set_pricing(new.pricing)
         self.metrics.set_config(version, digest)
         self.config = new
+        self._tenant_labels()
+
+    def _tenant_labels(self) -> None:
+        """The tenants the metrics name: the config's and the store's teams."""
+        teams = self.keyring.tenants() if self.keyring is not None else ()
+        self.metrics.set_tenants([*(t.name for t in self.config.tenants), *teams])
 
     def _settle(self, job: Job) -> None:
         self.service.settle(job)
@@ -300,6 +280,8 @@ class Gateway:
         self.gc_pauses.install()
         collector.set_thresholds(s.gc)
         await self.service.admission.start()
+        if self.keyring is not None:
+            await self.keyring.start()
         self.fleet.start()
         if self.discovery is not None:
             self.discovery.start()
@@ -396,5 +378,7 @@ class Gateway:
         await self.scheduler.close()
         await self.fleet.close()
         await self.service.admission.close()
+        if self.keyring is not None:
+            await self.keyring.close()  # (after the scheduler: every ended request's row)
         self.gc_pauses.uninstall()
         collector.after_stop(self.config.gateway.gc)

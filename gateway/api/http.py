@@ -16,12 +16,13 @@ from gateway.api.admin_loras import LoraAdmin
 from gateway.api.aio_exchange import AioExchange, response_of
 from gateway.api.anthropic.count_tokens import CountTokens
 from gateway.api.anthropic.serving import AnthropicServing
-from gateway.api.body import too_large
+from gateway.api.body import read_body, too_large
 from gateway.api.error_shapes import ErrorShape, error_shape
 from gateway.api.forward import WORKER_HEADER, Forwarder
 from gateway.api.grpc_forward import PATH as GRPC_RESUME_PATH
 from gateway.api.http_errors import ClosingError
 from gateway.api.keys import key_check
+from gateway.api.manage.routes import mount
 from gateway.api.openai import models_body, protocol
 from gateway.api.openai.resume import Resume
 from gateway.api.openai.serving import OpenAIServing
@@ -29,6 +30,7 @@ from gateway.api.openai.tokenize import Tokenizing
 from gateway.api.replies import error_parts, request_id
 from gateway.api.responses.serving import ResponsesServing
 from gateway.config.schema import Config, GatewaySettings
+from gateway.config.store import secret
 from gateway.observability.metrics import GatewayMetrics
 from gateway.policy.tenants import bearer_key
 from gateway.runtime.fleet import Fleet
@@ -169,7 +171,15 @@ class HttpApi:
         app.router.add_get("/admin/config", self.admin_config)
         app.router.add_post("/v1/load_lora_adapter", self.loras.load)
         app.router.add_post("/v1/unload_lora_adapter", self.loras.unload)
+        keyring = self._service.keyring
+        if keyring is not None:
+            known = lambda name: self._service.tenants.get(name) is not None  # noqa: E731
+            mount(app, keyring, self._admin_caller, known, self._read)
         return app
+
+    async def _read(self, request: web.Request) -> bytes:
+        s = self.settings
+        return await read_body(request, s.max_body_bytes, s.client_body_timeout_s)
 
     # -- --workers N: what a sibling keeps is answered by it -------------------------------
     def _owned(self, param: str, prefix: str, local: Handler) -> Handler:
@@ -304,8 +314,12 @@ class HttpApi:
 
     # -- admin -------------------------------------------------------------------------------
     def _admin_caller(self, request: web.Request) -> None:
-        """Raises 401 (or 403) unless the caller may use the admin API."""
+        """Raises 401 (or 403) unless the caller may use the admin API: the `admin:` master
+        key or `gateway.admin_key`, or with neither set, a caller on loopback."""
         key = self.settings.admin_key
+        admin = self._gateway.config.admin if self._gateway is not None else None
+        if admin is not None:
+            key = secret(admin.master_key)
         if key is not None:
             given = bearer_key(request.headers.get("Authorization")) or ""
             if not hmac.compare_digest(given.encode(), key.encode()):

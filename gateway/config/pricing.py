@@ -2,7 +2,8 @@
 
     pricing:
       models:
-        sim-llama: {prompt_per_1k_usd: 0.0005, completion_per_1k_usd: 0.0015}
+        sim-llama: {prompt_per_1k_usd: 0.0005, completion_per_1k_usd: 0.0015,
+                    cached_prompt_per_1k_usd: 0.00025}
       tenants:
         acme: {monthly_budget_usd: 500}
 
@@ -22,11 +23,17 @@ PositiveUsd = Annotated[float, msgspec.Meta(gt=0)]
 class ModelPrice(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     prompt_per_1k_usd: Usd
     completion_per_1k_usd: Usd
+    # The prompt tokens the engine found cached (left out: the prompt's price).
+    cached_prompt_per_1k_usd: Usd | None = None
 
-    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (
-            prompt_tokens * self.prompt_per_1k_usd + completion_tokens * self.completion_per_1k_usd
-        ) / 1000.0
+    def cost_usd(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        """`cached_tokens`: those of the prompt tokens that were cached."""
+        cost = prompt_tokens * self.prompt_per_1k_usd
+        cost += completion_tokens * self.completion_per_1k_usd
+        cached = self.cached_prompt_per_1k_usd
+        if cached is not None and cached_tokens:
+            cost += min(cached_tokens, prompt_tokens) * (cached - self.prompt_per_1k_usd)
+        return cost / 1000.0
 
 
 class TenantBudget(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -39,9 +46,13 @@ class Pricing(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=T
     models: dict[str, ModelPrice] = {}
     tenants: dict[str, TenantBudget] = {}
 
-    def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    def cost_usd(
+        self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+    ) -> float:
         price = self.models.get(model)
-        return 0.0 if price is None else price.cost_usd(prompt_tokens, completion_tokens)
+        if price is None:
+            return 0.0
+        return price.cost_usd(prompt_tokens, completion_tokens, cached_tokens)
 
     def budgets(self) -> dict[str, float]:
         """Tenant -> monthly budget in dollars, for the tenants that have one."""

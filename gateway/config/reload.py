@@ -51,7 +51,7 @@ RESTART_ONLY_GATEWAY = (
     "lean_http",
     "malloc_mmap_threshold_bytes",
 )
-RESTART_ONLY = ("redis", "discovery")
+RESTART_ONLY = ("redis", "discovery", "store")
 
 
 def restart_only_change(old: Config, new: Config, edge: Sequence[str] = ()) -> str | None:

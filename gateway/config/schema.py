@@ -10,6 +10,7 @@ from gateway.collector import CollectorSettings
 from gateway.config.discovery import DiscoverySettings
 from gateway.config.pricing import Pricing
 from gateway.config.routing import HealthSettings, RetrySettings, RoutingSettings
+from gateway.config.store import AdminConfig, StoreConfig
 from gateway.config.tenants import (
     RateLimits,
     SchedulingConfig,
@@ -251,6 +252,9 @@ class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
     retry: RetrySettings = RetrySettings()
     # Limits shared in Redis (absent: each process keeps its own buckets).
     redis: RedisConfig | None = None
+    # Keys, teams and the spend ledger (gateway/store/); the management API's master key.
+    store: StoreConfig | None = None
+    admin: AdminConfig | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sidecars]
@@ -261,6 +265,12 @@ class Config(Base, frozen=True, forbid_unknown_fields=True, kw_only=True):
             raise ValueError(f"sidecars: listed, but discovery mode is {self.discovery.mode}")
         check_tenancy(self.tenants, self.anonymous)
         self._check_models()
+
+    def store_config(self) -> StoreConfig | None:
+        """The store in force: the configured one, the default one under `admin:`, or none."""
+        if self.store is None and self.admin is not None:
+            return StoreConfig()
+        return self.store
 
     def declared_models(self) -> set[str]:
         known = set(self.models) | set(self.pricing.models)

@@ -27,6 +27,7 @@ class RejectReason(enum.StrEnum):
 
     RATE_REQUESTS = "rate_requests"  # requests/s bucket empty
     RATE_TOKENS = "rate_tokens"  # tokens/min bucket empty
+    BUDGET = "budget"  # a store key's or team's budget is spent
     QUEUE_FULL = "queue_full"  # the model's bounded queue is full
     QUEUE_TIMEOUT = "queue_timeout"  # waited in the queue past its deadline
     OBJECTIVE = "objective"  # sheddable, and could no longer make its TTFT target
@@ -36,7 +37,8 @@ class RejectReason(enum.StrEnum):
 
     @property
     def status(self) -> int:
-        return 429 if self in (RejectReason.RATE_REQUESTS, RejectReason.RATE_TOKENS) else 503
+        limits = (RejectReason.RATE_REQUESTS, RejectReason.RATE_TOKENS, RejectReason.BUDGET)
+        return 429 if self in limits else 503
 
 
 class ReplicaState(enum.IntEnum):

@@ -240,7 +240,7 @@ class GatewayMetrics:
             u.cached.inc(cached_tokens)
         if u.price is None:
             return 0.0
-        cost = u.price.cost_usd(prompt_tokens, completion_tokens)
+        cost = u.price.cost_usd(prompt_tokens, completion_tokens, cached_tokens)
         if cost:
             u.cost.inc(cost)
         return cost

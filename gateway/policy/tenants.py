@@ -6,7 +6,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from gateway.config.tenants import (
     PRIORITY_MIN,
@@ -17,6 +17,7 @@ from gateway.config.tenants import (
     UnknownFieldsMode,
     check_tenancy,
 )
+from gateway.policy.grants import Grant
 from gateway.types import Unauthorized
 
 ANONYMOUS: Final = "anonymous"
@@ -136,22 +137,38 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
+class KeyLookup(Protocol):
+    """The store's keys (gateway/runtime/keyring.py), by the SHA-256 of the key."""
+
+    def lookup(self, digest: bytes) -> Grant | None: ...
+    def team(self, tenant: str) -> Grant | None: ...
+
+
 class Tenants:
     """Resolves API keys. Keys are held only as SHA-256 digests and looked up by digest, so the
     lookup time does not depend on how much of a guessed key is right.
 
-    With no tenants configured, every request (with or without a key) is the unlimited
-    `anonymous` tenant. With tenants, a request without a key is the `anonymous` tenant if one
-    is named, else 401; a key that is not configured is always 401.
+    With no tenants configured and no store, every request (with or without a key) is the
+    unlimited `anonymous` tenant. Otherwise a request without a key is the `anonymous` tenant
+    if one is named, else 401; a key that is neither configured nor in the store is 401. A
+    store key's tenant is its team: the config's tenant of that name, or one with no limits
+    of its own.
     """
 
-    __slots__ = ("_anonymous", "_by_digest", "_by_name", "open")
+    __slots__ = ("_anonymous", "_by_digest", "_by_name", "_keys", "_teams", "open")
 
-    def __init__(self, tenants: Sequence[TenantConfig] = (), anonymous: str | None = None) -> None:
+    def __init__(
+        self,
+        tenants: Sequence[TenantConfig] = (),
+        anonymous: str | None = None,
+        keys: KeyLookup | None = None,
+    ) -> None:
         check_tenancy(tenants, anonymous)
         self._by_name = {t.name: Tenant.from_config(t) for t in tenants}
         self._by_digest = {_digest(k): self._by_name[t.name] for t in tenants for k in t.keys}
-        self.open = not tenants
+        self._keys = keys
+        self._teams: dict[str, Tenant] = {}  # the store's teams that the config does not name
+        self.open = not tenants and keys is None
         self._anonymous: Tenant | None
         if self.open:
             self._anonymous = Tenant(ANONYMOUS)
@@ -169,14 +186,66 @@ class Tenants:
     def resolve(self, api_key: str | None, send: str = BEARER) -> Tenant:
         """The tenant of `api_key` (None or "" = no key); raises `Unauthorized` (401), which
         without a key says to `send` it (where the caller's protocol carries keys)."""
+        return self.resolve_grant(api_key, send)[0]
+
+    def resolve_grant(self, api_key: str | None, send: str = BEARER) -> tuple[Tenant, Grant | None]:
+        """The tenant, and the store's grant its requests are charged to (None: none)."""
         if self.open:
             assert self._anonymous is not None
-            return self._anonymous
+            return self._anonymous, None
         if not api_key:
             if self._anonymous is None:
                 raise Unauthorized(f"missing API key: send {send}")
-            return self._anonymous
-        tenant = self._by_digest.get(_digest(api_key))
-        if tenant is None:
+            return self._anonymous, self._team_grant(self._anonymous.name)
+        digest = _digest(api_key)
+        tenant = self._by_digest.get(digest)
+        if tenant is not None:
+            return tenant, self._team_grant(tenant.name)
+        grant = None if self._keys is None else self._keys.lookup(digest)
+        if grant is None:
             raise Unauthorized("invalid API key")
-        return tenant
+        return self._store_tenant(grant.tenant), grant
+
+    def _team_grant(self, name: str) -> Grant | None:
+        return None if self._keys is None else self._keys.team(name)
+
+    def _store_tenant(self, name: str) -> Tenant:
+        t = self._by_name.get(name) or self._teams.get(name)
+        if t is None:
+            t = self._teams[name] = Tenant(name)
+        return t
+
+
+def _bucket_settings(lim: Limits) -> tuple[object, ...]:
+    """What an admission account is built from (priorities and weight are read per request)."""
+    return (
+        lim.requests_per_s,
+        lim.requests_burst,
+        lim.tokens_per_min,
+        lim.tokens_burst,
+        lim.max_concurrent,
+    )
+
+
+def _resolved(tenants: Sequence[TenantConfig]) -> dict[str, Tenant]:
+    if not tenants:
+        return {ANONYMOUS: Tenant(ANONYMOUS)}
+    return {t.name: Tenant.from_config(t) for t in tenants}
+
+
+def kept_tenants(old: Sequence[TenantConfig], new: Sequence[TenantConfig]) -> set[str]:
+    """The tenants whose buckets and concurrency limit are the same in both configs on every
+    model, so that their live levels carry over a reload (keys, weight, priorities may differ)."""
+    before, after = _resolved(old), _resolved(new)
+    kept = set()
+    for name, t in after.items():
+        o = before.get(name)
+        if o is None:
+            continue
+        models = t.per_model.keys() | o.per_model.keys()
+        same = _bucket_settings(t.defaults) == _bucket_settings(o.defaults) and all(
+            _bucket_settings(t.limits(m)) == _bucket_settings(o.limits(m)) for m in models
+        )
+        if same:
+            kept.add(name)
+    return kept

@@ -26,6 +26,7 @@ from gateway.runtime.stream import ResponseStream
 from gateway.types import Delta, Finish, GatewayError, GatewayTimeout, GenerationRequest
 
 if TYPE_CHECKING:
+    from gateway.policy.grants import Charge
     from gateway.policy.priority_queue import Waiter
     from gateway.policy.retry import Attempts
     from gateway.policy.routing.snapshot import RequestFeatures
@@ -56,6 +57,7 @@ class Job:
         "attempts",
         "beat_at",
         "cached_tokens",
+        "charge",
         "events",
         "features",
         "finish",
@@ -135,6 +137,7 @@ class Job:
         self.timed_out = False
         self.observe_itl: Callable[[float], None] | None = None
         self.ticket: Ticket | None = None  # the admission ticket, settled when done
+        self.charge: Charge | None = None  # what it reserved of a store key's budget
         self.waiter: Waiter[Job] | None = None  # its place in the pool's queue
         self.objective = request.objective  # its latency targets (the service resolves them)
         self.forecast: Forecast | None = None  # what its current placement was predicted

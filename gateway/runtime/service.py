@@ -7,14 +7,17 @@ from collections.abc import Callable
 
 from shardgate.v1.params import asked, template_asked
 
-from gateway.observability.labels import RejectReason, reason_of
+from gateway.config.pricing import Pricing
+from gateway.observability.labels import Outcome, RejectReason, reason_of
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.objective_metrics import Result
-from gateway.policy.admission import Rejected, estimate_tokens
+from gateway.policy import grants
+from gateway.policy.admission import Rejected, estimate_prompt_tokens
 from gateway.policy.tenants import Tenants
 from gateway.runtime.admitter import Admitter
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.job import Job
+from gateway.runtime.keyring import Keyring
 from gateway.runtime.scheduler import Scheduler
 from gateway.runtime.stream import ResponseStream
 from gateway.types import (
@@ -59,10 +62,12 @@ class Service:
         self.admission = admission
         self.max_pending = max_pending_deltas
         self._clock = clock
+        self.keyring: Keyring | None = None  # the store's keys, budgets and ledger
+        self.pricing = Pricing()  # what a request's worst case and real cost are priced at
 
     async def submit(self, req: GenerationRequest, api_key: str | None) -> Job:
         """Admit and schedule a request; raises 401/404/429/503 errors with their headers."""
-        tenant = self.tenants.resolve(api_key)
+        tenant, grant = self.tenants.resolve_grant(api_key)
         if not self.fleet.knows(req.model) and req.model not in self.fallbacks:
             raise ModelNotFound(f"The model `{req.model}` does not exist.", "model")
         # A LoRA adapter named as the model (vLLM's convention) runs in its parent's pool, on
@@ -73,10 +78,22 @@ class Service:
         priority = tenant.priority(req.model, req.priority)
         req.priority = priority
         req.objective = self.scheduler.targets.resolve(req.objective, tenant, priority)
-        estimate = estimate_tokens(req)
+        prompt = estimate_prompt_tokens(req)
+        estimate = prompt + req.sampling.max_tokens
         now = self._clock()
+        charge = None
+        if grant is not None:
+            worst = self.pricing.cost_usd(req.model, prompt, req.sampling.max_tokens)
+            try:
+                charge = grants.admit(grant, req.model, estimate, worst, time.time(), now)
+            except grants.BudgetExceeded:
+                if self.metrics is not None:
+                    self.metrics.rejected(req.model, RejectReason.BUDGET, priority)
+                raise
         ticket = await self.admission.reserve(tenant, req.model, estimate, now)
         if isinstance(ticket, Rejected):
+            if charge is not None:
+                grants.settle(charge, 0, 0.0, time.time(), now)
             if self.metrics is not None:
                 self.metrics.rejected(req.model, reject_reason(ticket), priority)
             raise rejection_error(ticket)
@@ -90,12 +107,15 @@ class Service:
             deadlines=self.scheduler.deadlines,
         )
         job.ticket = ticket
+        job.charge = charge
         if self.metrics is not None:
             job.observe_itl = self.metrics.itl_observer(req.model)
         try:
             self.scheduler.enqueue(job, estimate, tenant.weight)
         except GatewayError as e:
             self.admission.complete(ticket, 0, now)
+            if charge is not None:
+                grants.settle(charge, 0, 0.0, time.time(), now)
             if self.metrics is not None and not job.outcome:
                 self.metrics.rejected(req.model, reason_of_error(e), priority)
                 if job.objective is not None:
@@ -136,9 +156,25 @@ class Service:
         return model
 
     def settle(self, job: Job) -> None:
-        """A job ended: reconcile its rate-limit charge with what it really used."""
+        """A job ended: reconcile its rate-limit charge with what it really used; its cost
+        counted on its budgets and written to the ledger."""
         ticket = job.ticket
         if ticket is None:
             return
         used = job.prompt_tokens + len(job.generated)
         self.admission.complete(ticket, used, self._clock())
+        if self.keyring is not None:
+            tokens = (job.prompt_tokens, len(job.generated), job.cached_tokens)
+            status = job.outcome or Outcome.ERROR
+            req = job.request
+            wall = time.time() - (self._clock() - job.arrival)
+            self.keyring.record(
+                job.charge,
+                req.request_id,
+                job.tenant,
+                req.model,
+                tokens,
+                status,
+                self.pricing,
+                wall,
+            )

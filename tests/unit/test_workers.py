@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.app import Gateway, kept_tenants
+from gateway.app import Gateway
 from gateway.config.loader import parse
 from gateway.policy.admission import Admitted
+from gateway.policy.tenants import kept_tenants
 from gateway.workers import share
 
 CONFIG = """
@@ -87,14 +88,16 @@ def test_kept_tenants_compares_what_the_buckets_are_built_from(edit: str, kept: 
     text = LIMITED + edit
     if "keys:" in edit:
         text = LIMITED.replace("    keys: [k]\n", "") + edit
-    assert kept_tenants(old, parse(text)) == kept
+    assert kept_tenants(old.tenants, parse(text).tenants) == kept
 
 
 def test_kept_tenants_of_open_configs_and_renames() -> None:
-    assert kept_tenants(parse("models: [m]"), parse("models: [m, n]")) == {"anonymous"}
+    assert kept_tenants(parse("models: [m]").tenants, parse("models: [m, n]").tenants) == {
+        "anonymous"
+    }
     renamed = parse(LIMITED.replace("name: t", "name: u"))
-    assert kept_tenants(parse(LIMITED), renamed) == set()
-    assert kept_tenants(parse("models: [m]"), parse(LIMITED)) == set()
+    assert kept_tenants(parse(LIMITED).tenants, renamed.tenants) == set()
+    assert kept_tenants(parse("models: [m]").tenants, parse(LIMITED).tenants) == set()
 
 
 def _admitted(gw: Gateway, n: int, now: float) -> int:

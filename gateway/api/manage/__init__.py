@@ -1,0 +1,1 @@
+"""The management API: LiteLLM's key, team and spend endpoints over the store."""

@@ -1,0 +1,314 @@
+"""/key/generate, /key/update, /key/delete, /key/regenerate, /key/info, /team/new,
+/team/update, /team/info: LiteLLM's management endpoints, bodies and answers, over the store.
+
+Keys are kept as their SHA-256 (LiteLLM's `token`); the key itself is in the answer of the call
+that made it, and nowhere else. Every change is in the store before the answer, and in this
+instance's cache too: a deleted key is refused here from the answer on, and on every other
+instance within `store.poll_s`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
+
+import msgspec
+from aiohttp import web
+
+from gateway.api.manage.bodies import (
+    EXPECTED,
+    DeleteKeys,
+    GenerateKey,
+    KeyFields,
+    NewTeam,
+    RegenerateKey,
+    UpdateKey,
+    UpdateTeam,
+)
+from gateway.api.openai.validation import decode_json
+from gateway.policy.budget import parse_duration
+from gateway.runtime.keyring import Keyring
+from gateway.store.records import KeyRecord, TeamRecord
+from gateway.store.sql import Conflict
+from gateway.types import InvalidRequest, ModelNotFound
+
+T = TypeVar("T")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_HASH: Final = re.compile(r"^[0-9a-f]{64}$")
+_UNKNOWN: Final = re.compile(r"unknown field `([^`]+)`")
+_LIMITS: Final = ("max_budget", "budget_duration", "tpm_limit", "rpm_limit", "models")
+
+
+def token_of(key: str) -> str:
+    """A key's hash: `key` itself when it is one already (64 hex digits)."""
+    return key if _HASH.match(key) else hashlib.sha256(key.encode()).hexdigest()
+
+
+def iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, UTC).isoformat()
+
+
+def decode(body: bytes, type_: type[T]) -> T:
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as e:
+        m = _UNKNOWN.search(str(e))
+        if m is not None:
+            raise InvalidRequest(f"Unrecognized request argument supplied: {m[1]}", m[1]) from None
+    return decode_json(msgspec.json.Decoder(type_), body, EXPECTED)  # (its error)
+
+
+def _duration(name: str, text: str | None) -> None:
+    if text is not None:
+        try:
+            parse_duration(text)
+        except ValueError as e:
+            raise InvalidRequest(f"Invalid value for '{name}': {e}.", name) from None
+
+
+def _after(text: str | None, now: float) -> float | None:
+    return None if text is None else parse_duration(text).after(now)
+
+
+def key_view(r: KeyRecord) -> dict[str, Any]:
+    """A key's row as LiteLLM answers it (never the key itself)."""
+    return {
+        "token": r.token,
+        "key_name": r.key_name,
+        "key_alias": r.key_alias,
+        "team_id": r.team_id,
+        "models": r.models,
+        "spend": r.spend,
+        "max_budget": r.max_budget,
+        "budget_duration": r.budget_duration,
+        "budget_reset_at": iso(r.budget_reset_at),
+        "tpm_limit": r.tpm_limit,
+        "rpm_limit": r.rpm_limit,
+        "metadata": r.metadata,
+        "expires": iso(r.expires),
+        "created_at": iso(r.created_at),
+    }
+
+
+def team_view(t: TeamRecord) -> dict[str, Any]:
+    return {
+        "team_id": t.team_id,
+        "team_alias": t.team_alias,
+        "models": t.models,
+        "spend": t.spend,
+        "max_budget": t.max_budget,
+        "budget_duration": t.budget_duration,
+        "budget_reset_at": iso(t.budget_reset_at),
+        "tpm_limit": t.tpm_limit,
+        "rpm_limit": t.rpm_limit,
+        "metadata": t.metadata,
+        "created_at": iso(t.created_at),
+    }
+
+
+def _shown(key: str) -> str:
+    return f"sk-...{key[-4:]}"
+
+
+class KeyAdmin:
+    """`guard` raises unless the caller holds the master key; `tenant_known` says whether a
+    team_id names a tenant of the config file (a store team is known by the keyring)."""
+
+    def __init__(
+        self,
+        keyring: Keyring,
+        guard: Callable[[web.Request], None],
+        tenant_known: Callable[[str], bool],
+        read: Callable[[web.Request], Awaitable[bytes]],
+    ) -> None:
+        self._ring = keyring
+        self._guard = guard
+        self._tenant_known = tenant_known
+        self._read = read
+
+    def routes(self, app: web.Application) -> None:
+        r = app.router
+        r.add_post("/key/generate", self._g(self.generate))
+        r.add_post("/key/update", self._g(self.update))
+        r.add_post("/key/delete", self._g(self.delete))
+        r.add_post("/key/regenerate", self._g(self.regenerate))
+        r.add_post("/key/{key}/regenerate", self._g(self.regenerate))
+        r.add_get("/key/info", self._g(self.info))
+        r.add_post("/team/new", self._g(self.new_team))
+        r.add_post("/team/update", self._g(self.update_team))
+        r.add_get("/team/info", self._g(self.team_info))
+
+    def _g(self, handler: Handler) -> Handler:
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            self._guard(request)
+            return await handler(request)
+
+        return guarded
+
+    async def _body(self, request: web.Request, type_: type[T]) -> T:
+        return decode(await self._read(request), type_)
+
+    def _team(self, team_id: str | None) -> None:
+        known = team_id is None or team_id in self._ring.teams or self._tenant_known(team_id)
+        if not known:
+            msg = f"team_id {team_id} does not exist: make it with /team/new"
+            raise InvalidRequest(msg, "team_id")
+
+    def _check(self, b: KeyFields) -> None:
+        _duration("duration", b.duration)
+        _duration("budget_duration", b.budget_duration)
+        self._team(b.team_id)
+
+    # -- keys ------------------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.Response:
+        b = await self._body(request, GenerateKey)
+        self._check(b)
+        key = b.key or "sk-" + secrets.token_urlsafe(24)
+        now = time.time()
+        r = KeyRecord(
+            token=token_of(key),
+            key_name=_shown(key),
+            key_alias=b.key_alias,
+            team_id=b.team_id,
+            models=b.models or [],
+            max_budget=b.max_budget,
+            budget_duration=b.budget_duration,
+            budget_reset_at=_after(b.budget_duration, now),
+            tpm_limit=b.tpm_limit,
+            rpm_limit=b.rpm_limit,
+            metadata=b.metadata or {},
+            expires=_after(b.duration, now),
+            created_at=now,
+        )
+        try:
+            await self._ring.store.insert("keys", r)
+        except Conflict:
+            raise InvalidRequest("That key exists already.", "key") from None
+        await self._ring.refresh()
+        return web.json_response({"key": key, "token_id": r.token, **key_view(r)})
+
+    def _record(self, key: str) -> KeyRecord:
+        r = self._ring.keys.get(token_of(key))
+        if r is None:
+            raise ModelNotFound(f"Key not found: {key}", "key")
+        return r
+
+    async def update(self, request: web.Request) -> web.Response:
+        b = await self._body(request, UpdateKey)
+        self._check(b)
+        r = self._record(b.key)
+        given = {f: getattr(b, f) for f in KeyFields.__struct_fields__ if f in b.__struct_fields__}
+        changes = {f: v for f, v in given.items() if v is not None and f != "duration"}
+        now = time.time()
+        if b.duration is not None:
+            changes["expires"] = _after(b.duration, now)
+        if b.budget_duration is not None and b.budget_duration != r.budget_duration:
+            changes["budget_reset_at"] = _after(b.budget_duration, now)
+        if not await self._ring.store.update("keys", r.token, changes):
+            raise ModelNotFound(f"Key not found: {b.key}", "key")
+        await self._ring.refresh()
+        return web.json_response(key_view(self._record(r.token)))
+
+    async def delete(self, request: web.Request) -> web.Response:
+        b = await self._body(request, DeleteKeys)
+        if not b.keys and not b.key_aliases:
+            raise InvalidRequest("At least one of 'keys' or 'key_aliases' must be provided.")
+        tokens = {token_of(k): k for k in b.keys or ()}
+        aliases = set(b.key_aliases or ())
+        for r in self._ring.keys.values():
+            if r.key_alias is not None and r.key_alias in aliases:
+                tokens[r.token] = r.key_alias
+        gone = await self._ring.store.delete_keys(tokens)
+        await self._ring.refresh()
+        missing = [k for t, k in tokens.items() if t not in gone]
+        if missing:
+            raise ModelNotFound(f"Keys not found: {missing}", "keys")
+        return web.json_response({"deleted_keys": [tokens[t] for t in gone]})
+
+    async def regenerate(self, request: web.Request) -> web.Response:
+        raw = await self._read(request)
+        b = decode(raw, RegenerateKey) if raw.strip() else RegenerateKey()
+        key = request.match_info.get("key") or b.key
+        if key is None:
+            raise InvalidRequest("Missing required parameter: 'key'.", "key")
+        _duration("grace_period", b.grace_period)
+        old = self._record(key)
+        new_key = b.new_key or "sk-" + secrets.token_urlsafe(24)
+        new = msgspec.structs.replace(old, token=token_of(new_key), key_name=_shown(new_key))
+        now = time.time()
+        until = _after(b.grace_period, now)
+        if until is not None and old.expires is not None:
+            until = min(until, old.expires)
+        try:
+            await self._ring.store.replace_key(old.token, new, until)
+        except Conflict:
+            raise InvalidRequest("That key exists already.", "new_key") from None
+        await self._ring.refresh()
+        return web.json_response({"key": new_key, "token_id": new.token, **key_view(new)})
+
+    async def info(self, request: web.Request) -> web.Response:
+        key = request.query.get("key")
+        if not key:
+            raise InvalidRequest("Missing required parameter: 'key'.", "key")
+        await self._ring.ledger.flushed()  # its spend counts every request ended here
+        await self._ring.refresh()
+        r = self._record(key)
+        return web.json_response({"key": key, "info": key_view(r)})
+
+    # -- teams -----------------------------------------------------------------------------
+    async def new_team(self, request: web.Request) -> web.Response:
+        b = await self._body(request, NewTeam)
+        _duration("budget_duration", b.budget_duration)
+        now = time.time()
+        t = TeamRecord(
+            team_id=b.team_id or str(uuid.uuid4()),
+            team_alias=b.team_alias,
+            models=b.models or [],
+            max_budget=b.max_budget,
+            budget_duration=b.budget_duration,
+            budget_reset_at=_after(b.budget_duration, now),
+            tpm_limit=b.tpm_limit,
+            rpm_limit=b.rpm_limit,
+            metadata=b.metadata or {},
+            created_at=now,
+        )
+        try:
+            await self._ring.store.insert("teams", t)
+        except Conflict:
+            raise InvalidRequest(f"Team id {t.team_id} exists already.", "team_id") from None
+        await self._ring.refresh()
+        return web.json_response(team_view(t))
+
+    async def update_team(self, request: web.Request) -> web.Response:
+        b = await self._body(request, UpdateTeam)
+        _duration("budget_duration", b.budget_duration)
+        t = self._ring.teams.get(b.team_id)
+        if t is None:
+            raise ModelNotFound(f"Team not found: {b.team_id}", "team_id")
+        changes: dict[str, object] = {
+            f: getattr(b, f) for f in NewTeam.__struct_fields__ if getattr(b, f) is not None
+        }
+        if b.budget_duration is not None and b.budget_duration != t.budget_duration:
+            changes["budget_reset_at"] = _after(b.budget_duration, time.time())
+        await self._ring.store.update("teams", b.team_id, changes)
+        await self._ring.refresh()
+        return web.json_response(team_view(self._ring.teams[b.team_id]))
+
+    async def team_info(self, request: web.Request) -> web.Response:
+        team_id = request.query.get("team_id")
+        if not team_id:
+            raise InvalidRequest("Missing required parameter: 'team_id'.", "team_id")
+        await self._ring.ledger.flushed()
+        await self._ring.refresh()
+        t = self._ring.teams.get(team_id)
+        if t is None:
+            raise ModelNotFound(f"Team not found: {team_id}", "team_id")
+        keys = [key_view(r) for r in self._ring.keys.values() if r.team_id == team_id]
+        return web.json_response({"team_id": team_id, "team_info": team_view(t), "keys": keys})

@@ -1,0 +1,89 @@
+"""The management API's routes, and its OpenAPI document (GET /openapi.json, open to all: it
+says what the API takes, nothing of what it holds)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import msgspec
+from aiohttp import web
+
+from gateway.api.manage.bodies import (
+    DeleteKeys,
+    GenerateKey,
+    NewTeam,
+    RegenerateKey,
+    UpdateKey,
+    UpdateTeam,
+)
+from gateway.api.manage.keys import KeyAdmin
+from gateway.api.manage.spend import spend_logs
+from gateway.runtime.keyring import Keyring
+
+_BODIES: Final = {
+    "/key/generate": GenerateKey,
+    "/key/update": UpdateKey,
+    "/key/delete": DeleteKeys,
+    "/key/regenerate": RegenerateKey,
+    "/team/new": NewTeam,
+    "/team/update": UpdateTeam,
+}
+_QUERIES: Final = {
+    "/key/info": ("key",),
+    "/team/info": ("team_id",),
+    "/spend/logs": ("api_key", "team_id", "request_id", "start_date", "end_date", "format"),
+}
+
+
+def openapi() -> dict[str, Any]:
+    """The management API's OpenAPI 3.1 document, its bodies' schemas from their types."""
+    types = list(_BODIES.values())
+    ref = "#/components/schemas/{name}"
+    schemas, components = msgspec.json.schema_components(types, ref_template=ref)
+    bearer: list[dict[str, list[str]]] = [{"masterKey": []}]
+    paths: dict[str, Any] = {}
+    for (path, _), schema in zip(_BODIES.items(), schemas, strict=True):
+        paths[path] = {
+            "post": {
+                "security": bearer,
+                "requestBody": {"content": {"application/json": {"schema": schema}}},
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    for path, params in _QUERIES.items():
+        paths[path] = {
+            "get": {
+                "security": bearer,
+                "parameters": [
+                    {"name": p, "in": "query", "schema": {"type": "string"}} for p in params
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "shardgate management API", "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"masterKey": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def mount(
+    app: web.Application,
+    keyring: Keyring,
+    guard: Callable[[web.Request], None],
+    tenant_known: Callable[[str], bool],
+    read: Callable[[web.Request], Awaitable[bytes]],
+) -> None:
+    KeyAdmin(keyring, guard, tenant_known, read).routes(app)
+    app.router.add_get("/spend/logs", spend_logs(keyring, guard))
+    document = openapi()
+
+    async def serve(_: web.Request) -> web.Response:
+        return web.json_response(document)
+
+    app.router.add_get("/openapi.json", serve)
