@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BASE := $(VENV)/.installed-base
 PROTOS := protos/shardgate/v1/engine.proto protos/shardgate/v1/gateway.proto
 
-.PHONY: venv venv-base run test lint typecheck pytest alerts protos bench clean redis-server node-clients
+.PHONY: venv venv-base run test lint typecheck pytest alerts protos bench clean redis-server postgresql node-clients
 
 venv: $(STAMP)
 venv-base: $(BASE)
@@ -56,6 +56,15 @@ redis-server:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 			redis-server; }
 
+# The store's PostgreSQL tests start a real server (Debian's package; tests/postgres_server.py
+# makes its data directory), installed when missing.
+postgresql:
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			postgresql; }
+
 # The Node clients of tests/clients/ (the OpenAI Node SDK), as their lockfile pins them.
 NODE_CLIENTS := tests/clients/node
 node-clients: $(NODE_CLIENTS)/node_modules/.package-lock.json
@@ -63,7 +72,7 @@ node-clients: $(NODE_CLIENTS)/node_modules/.package-lock.json
 $(NODE_CLIENTS)/node_modules/.package-lock.json: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
 
-pytest: venv redis-server node-clients
+pytest: venv redis-server postgresql node-clients
 	SHARDGATE_REQUIRE_ENGINES=1 $(BIN)/pytest -q
 
 # Prometheus alert rules: promtool check + the rules' unit tests.

@@ -14,6 +14,7 @@ import pytest_asyncio
 from engine_sidecar.backends.tiny_model import ensure_tiny_model
 from tests.engines import require, vllm_config
 from tests.ports import free_ports
+from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer
 
 
@@ -71,6 +72,15 @@ def vllm_kv_events() -> tuple[str, str]:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One redis-server for the session (tests use their own key prefixes)."""
     server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session (each test makes its own database)."""
+    server = PostgresServer()
     server.start()
     yield server
     server.stop()

@@ -2,9 +2,10 @@
 
 Requests never wait on the store: `lookup` reads a dict. The cache is read afresh when this
 instance changes a key (at once) and when the store's version moves (polled every `poll_s`:
-another instance's revocation applies here within that bound). What a reload of the store
-leaves alone: the buckets' levels, the reserves of requests in flight, and the spend settled
-here that the ledger has not written yet.
+another instance's revocation applies here within that bound). Between changes, each poll
+reads the budgets' spend: what other instances spent counts here within `poll_s` too. What a
+reload of the store leaves alone: the buckets' levels, the reserves of requests in flight, and
+the spend settled here that the ledger has not written yet.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ class Keyring:
             try:
                 if await self.store.version() != self.version:
                     await self.refresh()
+                else:
+                    self._spent(await self.store.spends())
             except Exception:
                 log.exception("keyring: the store could not be read (the cache stays)")
 
@@ -129,6 +132,13 @@ class Keyring:
         self.version = snap.version
         if self.on_change is not None:
             self.on_change()
+
+    def _spent(self, spends: list[tuple[str, str, float, float | None]]) -> None:
+        """The budgets' spend as the store has it now (the other instances' included)."""
+        for table, id_, spent, reset_at in spends:
+            found = self._allow.get((table, id_))
+            if found is not None:
+                found[1].budget.stored(spent, reset_at)
 
     def _resets(self) -> list[Reset]:
         out = []

@@ -156,6 +156,21 @@ class SqlStore:
 
         return await self._run(read)
 
+    async def spends(self) -> list[tuple[str, str, float, float | None]]:
+        """(table, id, spend, budget_reset_at) of every key and team with a budget: what the
+        other instances spent, read between snapshots."""
+
+        def read(conn: Connection) -> list[tuple[str, str, float, float | None]]:
+            out = []
+            for table, (pk, _) in _TABLES.items():
+                text = (
+                    f"SELECT {pk}, spend, budget_reset_at FROM {table} WHERE max_budget IS NOT NULL"
+                )
+                out += [(table, str(i), float(sp), at) for i, sp, at in self._exec(conn, text)]
+            return out
+
+        return await self._run(read)
+
     async def insert(self, table: str, record: KeyRecord | TeamRecord) -> None:
         """A new key or team; `Conflict` if its id is taken."""
         pk, fields = _TABLES[table]

@@ -16,6 +16,7 @@ import pytest
 
 from engine_sidecar.backends.sim import SimConfig
 from tests.integration.cluster import Cluster
+from tests.postgres_server import PostgresServer
 
 MASTER = "sk-master-test"
 ADMIN = {"Authorization": f"Bearer {MASTER}"}
@@ -23,23 +24,48 @@ PROMPT_PER_1K = 1.0
 COMPLETION_PER_1K = 2.0
 
 
-def gateway_yaml(store: Path, more: str = "") -> str:
+def gateway_yaml(store_yaml: str) -> str:
     return (
         "gateway: {default_max_tokens: 4, watch_config: false}\n"
-        f"store: {{url: 'sqlite:///{store}', poll_s: 0.2}}\n"
+        f"{store_yaml}"
         f"admin: {{master_key: {MASTER}}}\n"
         "pricing:\n  models:\n"
         f"    sim-llama: {{prompt_per_1k_usd: {PROMPT_PER_1K}, "
         f"completion_per_1k_usd: {COMPLETION_PER_1K}}}\n"
-        "tenants:\n  - {name: yaml-team, keys: [sk-yaml]}\n" + more
+        "tenants:\n  - {name: yaml-team, keys: [sk-yaml]}\n"
     )
 
 
 def start(store: Path, more: str = "") -> Cluster:
+    return start_on(f"store: {{url: 'sqlite:///{store}', poll_s: 0.2}}\n" + more)
+
+
+def start_on(store_yaml: str) -> Cluster:
     sim = SimConfig(model="sim-llama", profile="fast")
-    c = Cluster(gateway_yaml(store, more), [{"sim": sim}])
+    c = Cluster(gateway_yaml(store_yaml), [{"sim": sim}])
     c.start()
     return c
+
+
+def wait_for_key(c: Cluster, key: str) -> Any:
+    """Until `c` (another instance) answers `key` (its answer): it reads the store within its
+    poll."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return chat(c, key)
+        except openai.AuthenticationError:
+            assert time.monotonic() < deadline
+
+
+def wait_refused(c: Cluster, key: str) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            chat(c, key)
+        except (openai.AuthenticationError, openai.RateLimitError):
+            return
+        assert time.monotonic() < deadline
 
 
 @pytest.fixture
@@ -132,21 +158,9 @@ def test_a_key_deleted_on_one_instance_is_refused_on_another_within_its_poll(
     other = start(store)
     try:
         key = ok(admin(cluster, "POST", "/key/generate", {}))["key"]
-        deadline = time.monotonic() + 10
-        while True:  # the other instance reads the new key within its poll
-            try:
-                chat(other, key)
-                break
-            except openai.AuthenticationError:
-                assert time.monotonic() < deadline
+        wait_for_key(other, key)
         ok(admin(cluster, "POST", "/key/delete", {"keys": [key]}))
-        deleted = time.monotonic()
-        while True:
-            try:
-                chat(other, key)
-            except openai.AuthenticationError:
-                break
-            assert time.monotonic() < deleted + 10
+        wait_refused(other, key)
     finally:
         other.stop()
 
@@ -268,3 +282,49 @@ def test_the_ledger_holds_every_request_answered_before_a_restart_exactly_once(
         assert len({r["request_id"] for r in rows}) == len(rows)
     finally:
         c.stop()
+
+
+def test_two_instances_on_postgresql_ledger_every_answer_and_share_a_budget(
+    postgres_server: PostgresServer,
+) -> None:
+    url = postgres_server.database()
+    more = f"store: {{url: '{url}', poll_s: 0.2}}\n"
+    a, b = start_on(more), start_on(more)
+    try:
+        key = ok(admin(a, "POST", "/key/generate", {}))["key"]
+        first = wait_for_key(b, key)
+
+        async def load() -> list[Any]:
+            sdks = [
+                openai.AsyncOpenAI(base_url=f"{c.http_url}/v1", api_key=key, max_retries=0)
+                for c in (a, b)
+            ]
+            got = await asyncio.gather(
+                *(
+                    sdks[i % 2].chat.completions.create(
+                        model="sim-llama", messages=[{"role": "user", "content": "x"}], max_tokens=4
+                    )
+                    for i in range(200)
+                )
+            )
+            for sdk in sdks:
+                await sdk.close()
+            return list(got)
+
+        answers = [first, *asyncio.run(load())]
+        ok(admin(b, "GET", "/spend/logs", api_key=key))  # (b's rows written)
+        rows = ok(admin(a, "GET", "/spend/logs", api_key=key))
+        assert len(rows) == 201
+        assert sum(r["total_tokens"] for r in rows) == sum(x.usage.total_tokens for x in answers)
+        assert sum(r["spend"] for r in rows) == pytest.approx(sum(cost(x.usage) for x in answers))
+        info = ok(admin(b, "GET", "/key/info", key=key))["info"]
+        assert info["spend"] == pytest.approx(sum(r["spend"] for r in rows))
+        # A budget spent on one instance stops the key on the other (within its poll).
+        ok(admin(a, "POST", "/key/update", {"key": key, "max_budget": info["spend"] + 0.01}))
+        with pytest.raises(openai.RateLimitError):
+            for _ in range(100):
+                chat(a, key)
+        wait_refused(b, key)
+    finally:
+        a.stop()
+        b.stop()

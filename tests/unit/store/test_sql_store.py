@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from gateway.store.records import KeyRecord, LedgerRow, Reset, TeamRecord
 from gateway.store.schema import MIGRATIONS
 from gateway.store.sql import Conflict, SqlStore, open_store
+from tests.postgres_server import PostgresServer
 
 
 def row(id_: str, token: str | None = "k1", spend: float = 1.0, end: float = 10.0) -> LedgerRow:
@@ -29,11 +33,17 @@ def row(id_: str, token: str | None = "k1", spend: float = 1.0, end: float = 10.
     )
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> SqlStore:
-    s = open_store(f"sqlite:///{tmp_path}/deep/store.db")
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SqlStore]:
+    """The same calls on both back ends."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/deep/store.db"
+    else:
+        url = request.getfixturevalue("postgres_server").database()
+    s = open_store(url)
     await s.migrate()
-    return s
+    yield s
+    await s.close()
 
 
 async def test_migrations_run_once_and_a_second_start_finds_them_done(tmp_path: Path) -> None:
@@ -43,6 +53,19 @@ async def test_migrations_run_once_and_a_second_start_finds_them_done(tmp_path: 
         assert await s.migrate() == len(MIGRATIONS)
         await s.close()
     versions = sqlite3.connect(tmp_path / "s.db").execute("SELECT version FROM schema_version")
+    assert [v for (v,) in versions] == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_instances_starting_together_on_postgresql_migrate_once(
+    postgres_server: PostgresServer,
+) -> None:
+    url = postgres_server.database()
+    stores = [open_store(url) for _ in range(4)]
+    assert await asyncio.gather(*(s.migrate() for s in stores)) == [len(MIGRATIONS)] * 4
+    for s in stores:
+        await s.close()
+    with psycopg.connect(url) as conn:
+        versions = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
     assert [v for (v,) in versions] == list(range(1, len(MIGRATIONS) + 1))
 
 
