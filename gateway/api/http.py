@@ -174,7 +174,8 @@ class HttpApi:
         keyring = self._service.keyring
         if keyring is not None:
             known = lambda name: self._service.tenants.get(name) is not None  # noqa: E731
-            mount(app, keyring, self._admin_caller, known, self._read)
+            sched = self._service.scheduler
+            mount(app, keyring, self._admin_caller, known, self._read, self._fleet, sched)
         return app
 
     async def _read(self, request: web.Request) -> bytes:

@@ -40,8 +40,8 @@ def start(store: Path, more: str = "") -> Cluster:
     return start_on(f"store: {{url: 'sqlite:///{store}', poll_s: 0.2}}\n" + more)
 
 
-def start_on(store_yaml: str) -> Cluster:
-    sim = SimConfig(model="sim-llama", profile="fast")
+def start_on(store_yaml: str, profile: str = "fast") -> Cluster:
+    sim = SimConfig(model="sim-llama", profile=profile)
     c = Cluster(gateway_yaml(store_yaml), [{"sim": sim}])
     c.start()
     return c
@@ -334,3 +334,27 @@ def test_two_instances_on_postgresql_ledger_every_answer_and_share_a_budget(
     finally:
         a.stop()
         b.stop()
+
+
+def test_the_admin_api_lists_the_replicas_and_the_live_requests(store: Path) -> None:
+    c = start_on(f"store: {{url: 'sqlite:///{store}'}}\n", profile="paced-500ms")
+    try:
+        key = ok(admin(c, "POST", "/key/generate", {}))["key"]
+        with client(c, key) as sdk:
+            stream = sdk.chat.completions.create(
+                model="sim-llama",
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=100,
+                stream=True,
+            )
+            next(iter(stream))  # running now: a token every half second
+            live = ok(admin(c, "GET", "/admin/requests"))
+            (replica,) = ok(admin(c, "GET", "/admin/replicas"))["replicas"]
+            stream.close()
+        assert live["running"] == 1 and live["queued"] == 0
+        (request,) = live["requests"]
+        assert request["model"] == "sim-llama" and request["state"] == "streaming"
+        assert request["replica"] == replica["name"]
+        assert replica["health"] == "up" and replica["inflight"] == 1
+    finally:
+        c.stop()

@@ -9,6 +9,7 @@ from typing import Any, Final
 import msgspec
 from aiohttp import web
 
+from gateway.api.manage import live
 from gateway.api.manage.bodies import (
     DeleteKeys,
     GenerateKey,
@@ -19,7 +20,9 @@ from gateway.api.manage.bodies import (
 )
 from gateway.api.manage.keys import KeyAdmin
 from gateway.api.manage.spend import spend_logs
+from gateway.runtime.fleet import Fleet
 from gateway.runtime.keyring import Keyring
+from gateway.runtime.scheduler import Scheduler
 
 _BODIES: Final = {
     "/key/generate": GenerateKey,
@@ -33,6 +36,8 @@ _QUERIES: Final = {
     "/key/info": ("key",),
     "/team/info": ("team_id",),
     "/spend/logs": ("api_key", "team_id", "request_id", "start_date", "end_date", "format"),
+    "/admin/replicas": (),
+    "/admin/requests": (),
 }
 
 
@@ -78,9 +83,14 @@ def mount(
     guard: Callable[[web.Request], None],
     tenant_known: Callable[[str], bool],
     read: Callable[[web.Request], Awaitable[bytes]],
+    fleet: Fleet,
+    scheduler: Scheduler,
 ) -> None:
     KeyAdmin(keyring, guard, tenant_known, read).routes(app)
     app.router.add_get("/spend/logs", spend_logs(keyring, guard))
+    get_replicas, get_requests = live.handlers(fleet, scheduler, guard)
+    app.router.add_get("/admin/replicas", get_replicas)
+    app.router.add_get("/admin/requests", get_requests)
     document = openapi()
 
     async def serve(_: web.Request) -> web.Response:
