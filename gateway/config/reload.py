@@ -51,7 +51,7 @@ RESTART_ONLY_GATEWAY = (
     "lean_http",
     "malloc_mmap_threshold_bytes",
 )
-RESTART_ONLY = ("redis", "discovery", "store")
+RESTART_ONLY = ("redis", "discovery")
 
 
 def restart_only_change(old: Config, new: Config, edge: Sequence[str] = ()) -> str | None:
@@ -63,6 +63,8 @@ def restart_only_change(old: Config, new: Config, edge: Sequence[str] = ()) -> s
     for name in RESTART_ONLY:
         if getattr(new, name) != getattr(old, name):
             return name
+    if new.store_config() != old.store_config():  # (`admin:` alone brings the default store)
+        return "store"
     return None
 
 

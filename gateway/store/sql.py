@@ -11,6 +11,7 @@ PostgreSQL through the same code, statement for statement.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from collections import defaultdict
@@ -92,7 +93,12 @@ class SqlStore:
             conn.commit()
             return out
         except BaseException:
-            conn.rollback()
+            try:
+                conn.rollback()
+            except Exception:  # a connection that broke: the next call opens another
+                self._conn = None
+                with contextlib.suppress(Exception):
+                    conn.close()
             raise
 
     def _sql(self, text: str) -> str:
@@ -332,5 +338,6 @@ def _postgres(url: str) -> Callable[[], Connection]:
 def open_store(url: str) -> SqlStore:
     """The store at `url` (sqlite:///PATH or postgresql://...), not yet connected."""
     if url.startswith("sqlite:///"):
-        return SqlStore(_sqlite(sqlite_path(url)), "?", None)
+        # (an immediate transaction: instances that start together migrate one after another)
+        return SqlStore(_sqlite(sqlite_path(url)), "?", "BEGIN IMMEDIATE")
     return SqlStore(_postgres(url), "%s", "SELECT pg_advisory_xact_lock(7142014)")

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from gateway.config.tenants import PRIORITY_MIN, ModelOverride, TenantConfig
+from gateway.policy.budget import Budget
+from gateway.policy.grants import Allowance, Grant
 from gateway.policy.tenants import ANONYMOUS, UNLIMITED, Limits, Tenant, Tenants, bearer_key
 from gateway.types import Unauthorized
 
@@ -142,3 +146,44 @@ def test_max_priority_defaults_to_the_default_class() -> None:
 def test_limits_resolution(kw: dict[str, object], model: str, limits: Limits) -> None:
     t: Tenant = tenant("l", **kw)
     assert t.limits(model) == limits
+
+
+class _Keys:
+    """The store's keys as the keyring serves them."""
+
+    def __init__(self, grants: dict[str, Grant], teams: dict[str, Grant]) -> None:
+        self._grants = {hashlib.sha256(k.encode()).digest(): g for k, g in grants.items()}
+        self._teams = teams
+
+    def lookup(self, digest: bytes) -> Grant | None:
+        return self._grants.get(digest)
+
+    def team(self, tenant: str) -> Grant | None:
+        return self._teams.get(tenant)
+
+
+def _grant(tenant: str) -> Grant:
+    return Grant("t", tenant, Allowance("key", Budget(None, None, None)))
+
+
+def test_store_keys_resolve_after_the_config_files_to_their_teams_tenant() -> None:
+    store_key, team_budget = _grant("acme"), _grant("acme")
+    keys = _Keys({"sk-store": store_key, "sk-a": _grant("other")}, {"acme": team_budget})
+    t = Tenants([TenantConfig(name="acme", keys=["sk-a"], weight=2.0)], keys=keys)
+    assert not t.open
+    tenant, grant = t.resolve_grant("sk-a")  # the config's key first, with its team's budget
+    assert (tenant.name, grant) == ("acme", team_budget)
+    tenant, grant = t.resolve_grant("sk-store")
+    assert (tenant.name, tenant.weight, grant) == ("acme", 2.0, store_key)
+    with pytest.raises(Unauthorized, match="invalid API key"):
+        t.resolve_grant("sk-nope")
+
+
+def test_a_store_keys_team_outside_the_config_is_a_tenant_without_limits() -> None:
+    t = Tenants(keys=_Keys({"sk-s": _grant("team-x")}, {}))
+    assert not t.open  # with a store, keys are asked for
+    with pytest.raises(Unauthorized, match="missing API key"):
+        t.resolve(None)
+    tenant = t.resolve("sk-s")
+    assert tenant.name == "team-x" and tenant.limits("m").requests_per_s is None
+    assert t.resolve("sk-s") is tenant

@@ -116,3 +116,11 @@ async def test_the_ledger_reads_by_period_key_team_and_request(store: SqlStore) 
     assert [r.id for r in await store.spend_logs(request_id="r2")] == ["2"]
     assert [r.id for r in await store.spend_logs(team_id="other")] == []
     assert len(await store.spend_logs(limit=2)) == 2
+
+
+async def test_instances_starting_together_on_sqlite_migrate_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    stores = [open_store(url) for _ in range(4)]
+    assert await asyncio.gather(*(s.migrate() for s in stores)) == [len(MIGRATIONS)] * 4
+    for s in stores:
+        await s.close()
