@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BASE := $(VENV)/.installed-base
 PROTOS := protos/shardgate/v1/engine.proto protos/shardgate/v1/gateway.proto
 
-.PHONY: venv venv-base run test lint typecheck pytest alerts protos bench clean redis-server postgresql node-clients
+.PHONY: venv venv-base run test lint typecheck pytest alerts protos bench clean redis-server postgresql chromium node-clients
 
 venv: $(STAMP)
 venv-base: $(BASE)
@@ -65,6 +65,15 @@ postgresql:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 			postgresql; }
 
+# The admin page's browser tests drive Debian's chromium through Playwright (its own browser
+# download is not used), installed when missing.
+chromium:
+	@command -v chromium >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+			chromium; }
+
 # The Node clients of tests/clients/ (the OpenAI Node SDK), as their lockfile pins them.
 NODE_CLIENTS := tests/clients/node
 node-clients: $(NODE_CLIENTS)/node_modules/.package-lock.json
@@ -72,7 +81,7 @@ node-clients: $(NODE_CLIENTS)/node_modules/.package-lock.json
 $(NODE_CLIENTS)/node_modules/.package-lock.json: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
 
-pytest: venv redis-server postgresql node-clients
+pytest: venv redis-server postgresql chromium node-clients
 	SHARDGATE_REQUIRE_ENGINES=1 $(BIN)/pytest -q
 
 # Prometheus alert rules: promtool check + the rules' unit tests.

@@ -173,9 +173,9 @@ class HttpApi:
         app.router.add_post("/v1/unload_lora_adapter", self.loras.unload)
         keyring = self._service.keyring
         if keyring is not None:
-            known = lambda name: self._service.tenants.get(name) is not None  # noqa: E731
+            names = lambda: self._service.tenants.names()  # noqa: E731 (those in force)
             sched = self._service.scheduler
-            mount(app, keyring, self._admin_caller, known, self._read, self._fleet, sched)
+            mount(app, keyring, self._admin_caller, names, self._read, self._fleet, sched)
         return app
 
     async def _read(self, request: web.Request) -> bytes:

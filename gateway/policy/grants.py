@@ -86,12 +86,14 @@ def _check(a: Allowance, model: str, estimate: int, wall: float, mono: float) ->
         if bucket is not None:
             wait = bucket.time_until(n, mono)
             if wait > 0:
-                raise RateLimited(
+                err = RateLimited(
                     f"Rate limit reached: {a.name}'s {what} per minute "
                     f"(limit {bucket.capacity:.0f})",
                     None,
                     _headers(wait),
                 )
+                err.reason = "rate_" + what
+                raise err
 
 
 def admit(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -177,6 +177,10 @@ class Tenants:
 
     def get(self, name: str) -> Tenant | None:
         return self._by_name.get(name)
+
+    def names(self) -> Collection[str]:
+        """The configured tenants' names."""
+        return self._by_name.keys()
 
     def resumable(self, name: str) -> bool | None:
         """Tenant `name`'s word on keeping its streams for resume (None: it says nothing)."""

@@ -37,22 +37,26 @@ def _shape(r: KeyRecord | TeamRecord) -> Shape:
 def _allowance(
     name: str, r: KeyRecord | TeamRecord, old: tuple[Shape, Allowance] | None, mono: float
 ) -> Allowance:
-    if old is not None and old[0] == _shape(r):
-        a = old[1]
-        a.budget.stored(r.spend, r.budget_reset_at)
-        return a
+    """The allowance of a key or team as the store has it now: the one it had, changed in
+    place (requests in flight settle on it), or a new one."""
     window = None if r.budget_duration is None else parse_duration(r.budget_duration)
-    budget = Budget(r.max_budget, window, r.budget_reset_at, r.spend)
-    requests, tokens = buckets(r.rpm_limit, r.tpm_limit, mono)
-    if old is not None:  # its limits changed: what is in flight and unwritten carries over
-        b = old[1].budget
-        budget.reserved, budget.pending = b.reserved, b.pending
-        budget.spent += b.pending
-        if r.rpm_limit == old[0][2]:
-            requests = old[1].requests
-        if r.tpm_limit == old[0][3]:
-            tokens = old[1].tokens
-    return Allowance(name, budget, frozenset(r.models), requests, tokens)
+    if old is None:
+        requests, tokens = buckets(r.rpm_limit, r.tpm_limit, mono)
+        budget = Budget(r.max_budget, window, r.budget_reset_at, r.spend)
+        return Allowance(name, budget, frozenset(r.models), requests, tokens)
+    shape, a = old
+    if shape != _shape(r):
+        a.models = frozenset(r.models)
+        a.budget.limit = r.max_budget
+        if window != a.budget.window:
+            a.budget.window, a.budget.reset_at = window, r.budget_reset_at
+        requests, tokens = buckets(r.rpm_limit, r.tpm_limit, mono)
+        if r.rpm_limit != shape[2]:
+            a.requests = requests
+        if r.tpm_limit != shape[3]:
+            a.tokens = tokens
+    a.budget.stored(r.spend, r.budget_reset_at)
+    return a
 
 
 class Keyring:

@@ -86,9 +86,9 @@ class Service:
             worst = self.pricing.cost_usd(req.model, prompt, req.sampling.max_tokens)
             try:
                 charge = grants.admit(grant, req.model, estimate, worst, time.time(), now)
-            except grants.BudgetExceeded:
+            except RateLimited as e:  # its budget, or its per-minute limits
                 if self.metrics is not None:
-                    self.metrics.rejected(req.model, RejectReason.BUDGET, priority)
+                    self.metrics.rejected(req.model, reason_of_error(e), priority)
                 raise
         ticket = await self.admission.reserve(tenant, req.model, estimate, now)
         if isinstance(ticket, Rejected):

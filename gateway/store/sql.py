@@ -17,6 +17,7 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
@@ -287,6 +288,7 @@ class SqlStore:
         team_id: str | None = None,
         request_id: str | None = None,
         limit: int = 10_000,
+        newest_first: bool = False,
     ) -> list[LedgerRow]:
         where, args = [], []
         for clause, value in (
@@ -302,7 +304,8 @@ class SqlStore:
         text = f"SELECT {', '.join(_ROW_FIELDS)} FROM ledger"
         if where:
             text += " WHERE " + " AND ".join(where)
-        text += " ORDER BY end_time, id LIMIT ?"
+        text += " ORDER BY end_time DESC, id DESC" if newest_first else " ORDER BY end_time, id"
+        text += " LIMIT ?"
         args.append(limit)
 
         def read(conn: Connection) -> list[LedgerRow]:
@@ -310,6 +313,20 @@ class SqlStore:
                 msgspec.convert(dict(zip(_ROW_FIELDS, r, strict=True)), LedgerRow)
                 for r in self._exec(conn, text, args).fetchall()
             ]
+
+        return await self._run(read)
+
+    async def daily(self, start: float) -> dict[str, tuple[float, int]]:
+        """Spend and requests per UTC day ("YYYY-MM-DD") of the rows that ended since `start`."""
+
+        def read(conn: Connection) -> dict[str, tuple[float, int]]:
+            out: dict[str, tuple[float, int]] = {}
+            text = "SELECT end_time, spend FROM ledger WHERE end_time >= ?"
+            for end, usd in self._exec(conn, text, (start,)):
+                day = datetime.fromtimestamp(end, UTC).strftime("%Y-%m-%d")
+                total, n = out.get(day, (0.0, 0))
+                out[day] = (total + usd, n + 1)
+            return out
 
         return await self._run(read)
 

@@ -16,15 +16,20 @@ class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class KeyFields(_Body, kw_only=True, forbid_unknown_fields=True):
-    key_alias: Name | None = None
-    duration: str | None = None  # how long the key lives: "30d" ... (None: for ever)
+class LimitFields(_Body, kw_only=True, forbid_unknown_fields=True):
+    """What keys and teams both have."""
+
     models: list[Name] | None = None
     max_budget: Usd | None = None
     budget_duration: str | None = None
     tpm_limit: PerMinute | None = None
     rpm_limit: PerMinute | None = None
     metadata: dict[str, Any] | None = None
+
+
+class KeyFields(LimitFields, kw_only=True, forbid_unknown_fields=True):
+    key_alias: Name | None = None
+    duration: str | None = None  # how long the key lives: "30d" ... (None: for ever)
     team_id: Name | None = None
 
 
@@ -48,15 +53,9 @@ class RegenerateKey(_Body, kw_only=True, forbid_unknown_fields=True):
     grace_period: str | None = None
 
 
-class NewTeam(_Body, kw_only=True, forbid_unknown_fields=True):
+class NewTeam(LimitFields, kw_only=True, forbid_unknown_fields=True):
     team_id: Name | None = None
     team_alias: Name | None = None
-    models: list[Name] | None = None
-    max_budget: Usd | None = None
-    budget_duration: str | None = None
-    tpm_limit: PerMinute | None = None
-    rpm_limit: PerMinute | None = None
-    metadata: dict[str, Any] | None = None
 
 
 class UpdateTeam(NewTeam, kw_only=True, forbid_unknown_fields=True):

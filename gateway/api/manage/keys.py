@@ -14,7 +14,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -26,6 +26,7 @@ from gateway.api.manage.bodies import (
     DeleteKeys,
     GenerateKey,
     KeyFields,
+    LimitFields,
     NewTeam,
     RegenerateKey,
     UpdateKey,
@@ -77,13 +78,22 @@ def _after(text: str | None, now: float) -> float | None:
     return None if text is None else parse_duration(text).after(now)
 
 
-def key_view(r: KeyRecord) -> dict[str, Any]:
-    """A key's row as LiteLLM answers it (never the key itself)."""
+def _limits(b: LimitFields, now: float) -> dict[str, Any]:
+    """The fields a new key's or team's record takes from the body."""
     return {
-        "token": r.token,
-        "key_name": r.key_name,
-        "key_alias": r.key_alias,
-        "team_id": r.team_id,
+        "models": b.models or [],
+        "max_budget": b.max_budget,
+        "budget_duration": b.budget_duration,
+        "budget_reset_at": _after(b.budget_duration, now),
+        "tpm_limit": b.tpm_limit,
+        "rpm_limit": b.rpm_limit,
+        "metadata": b.metadata or {},
+        "created_at": now,
+    }
+
+
+def _common_view(r: KeyRecord | TeamRecord) -> dict[str, Any]:
+    return {
         "models": r.models,
         "spend": r.spend,
         "max_budget": r.max_budget,
@@ -92,25 +102,24 @@ def key_view(r: KeyRecord) -> dict[str, Any]:
         "tpm_limit": r.tpm_limit,
         "rpm_limit": r.rpm_limit,
         "metadata": r.metadata,
-        "expires": iso(r.expires),
         "created_at": iso(r.created_at),
     }
 
 
-def team_view(t: TeamRecord) -> dict[str, Any]:
+def key_view(r: KeyRecord) -> dict[str, Any]:
+    """A key's row as LiteLLM answers it (never the key itself)."""
     return {
-        "team_id": t.team_id,
-        "team_alias": t.team_alias,
-        "models": t.models,
-        "spend": t.spend,
-        "max_budget": t.max_budget,
-        "budget_duration": t.budget_duration,
-        "budget_reset_at": iso(t.budget_reset_at),
-        "tpm_limit": t.tpm_limit,
-        "rpm_limit": t.rpm_limit,
-        "metadata": t.metadata,
-        "created_at": iso(t.created_at),
+        "token": r.token,
+        "key_name": r.key_name,
+        "key_alias": r.key_alias,
+        "team_id": r.team_id,
+        "expires": iso(r.expires),
+        **_common_view(r),
     }
+
+
+def team_view(t: TeamRecord) -> dict[str, Any]:
+    return {"team_id": t.team_id, "team_alias": t.team_alias, **_common_view(t)}
 
 
 def _shown(key: str) -> str:
@@ -118,19 +127,19 @@ def _shown(key: str) -> str:
 
 
 class KeyAdmin:
-    """`guard` raises unless the caller holds the master key; `tenant_known` says whether a
-    team_id names a tenant of the config file (a store team is known by the keyring)."""
+    """`guard` raises unless the caller holds the master key; `tenants`: the names of the config
+    file's tenants in force (a team_id may name one; the store's teams the keyring knows)."""
 
     def __init__(
         self,
         keyring: Keyring,
         guard: Callable[[web.Request], None],
-        tenant_known: Callable[[str], bool],
+        tenants: Callable[[], Collection[str]],
         read: Callable[[web.Request], Awaitable[bytes]],
     ) -> None:
         self._ring = keyring
         self._guard = guard
-        self._tenant_known = tenant_known
+        self._tenants = tenants
         self._read = read
 
     def routes(self, app: web.Application) -> None:
@@ -141,9 +150,11 @@ class KeyAdmin:
         r.add_post("/key/regenerate", self._g(self.regenerate))
         r.add_post("/key/{key}/regenerate", self._g(self.regenerate))
         r.add_get("/key/info", self._g(self.info))
+        r.add_get("/key/list", self._g(self.list_keys))
         r.add_post("/team/new", self._g(self.new_team))
         r.add_post("/team/update", self._g(self.update_team))
         r.add_get("/team/info", self._g(self.team_info))
+        r.add_get("/team/list", self._g(self.list_teams))
 
     def _g(self, handler: Handler) -> Handler:
         async def guarded(request: web.Request) -> web.StreamResponse:
@@ -156,7 +167,7 @@ class KeyAdmin:
         return decode(await self._read(request), type_)
 
     def _team(self, team_id: str | None) -> None:
-        known = team_id is None or team_id in self._ring.teams or self._tenant_known(team_id)
+        known = team_id is None or team_id in self._ring.teams or team_id in self._tenants()
         if not known:
             msg = f"team_id {team_id} does not exist: make it with /team/new"
             raise InvalidRequest(msg, "team_id")
@@ -177,15 +188,8 @@ class KeyAdmin:
             key_name=_shown(key),
             key_alias=b.key_alias,
             team_id=b.team_id,
-            models=b.models or [],
-            max_budget=b.max_budget,
-            budget_duration=b.budget_duration,
-            budget_reset_at=_after(b.budget_duration, now),
-            tpm_limit=b.tpm_limit,
-            rpm_limit=b.rpm_limit,
-            metadata=b.metadata or {},
             expires=_after(b.duration, now),
-            created_at=now,
+            **_limits(b, now),
         )
         try:
             await self._ring.store.insert("keys", r)
@@ -262,22 +266,24 @@ class KeyAdmin:
         r = self._record(key)
         return web.json_response({"key": key, "info": key_view(r)})
 
+    async def list_keys(self, request: web.Request) -> web.Response:
+        """LiteLLM's: the keys' tokens, or (`return_full_object=true`) their rows; `team_id`
+        narrows it."""
+        await self._ring.refresh()
+        team = request.query.get("team_id")
+        rows = [r for r in self._ring.keys.values() if team is None or r.team_id == team]
+        rows.sort(key=lambda r: r.created_at)
+        full = request.query.get("return_full_object", "false").lower() == "true"
+        keys: list[Any] = [key_view(r) for r in rows] if full else [r.token for r in rows]
+        return web.json_response({"keys": keys, "total_count": len(rows)})
+
     # -- teams -----------------------------------------------------------------------------
     async def new_team(self, request: web.Request) -> web.Response:
         b = await self._body(request, NewTeam)
         _duration("budget_duration", b.budget_duration)
         now = time.time()
         t = TeamRecord(
-            team_id=b.team_id or str(uuid.uuid4()),
-            team_alias=b.team_alias,
-            models=b.models or [],
-            max_budget=b.max_budget,
-            budget_duration=b.budget_duration,
-            budget_reset_at=_after(b.budget_duration, now),
-            tpm_limit=b.tpm_limit,
-            rpm_limit=b.rpm_limit,
-            metadata=b.metadata or {},
-            created_at=now,
+            team_id=b.team_id or str(uuid.uuid4()), team_alias=b.team_alias, **_limits(b, now)
         )
         try:
             await self._ring.store.insert("teams", t)
@@ -300,6 +306,18 @@ class KeyAdmin:
         await self._ring.store.update("teams", b.team_id, changes)
         await self._ring.refresh()
         return web.json_response(team_view(self._ring.teams[b.team_id]))
+
+    async def list_teams(self, request: web.Request) -> web.Response:
+        """The store's teams, and the config file's tenants (`source` says which)."""
+        await self._ring.refresh()
+        teams = [{"source": "store", **team_view(t)} for t in self._ring.teams.values()]
+        named = {t["team_id"] for t in teams}
+        teams += [
+            {"source": "config", "team_id": name, "team_alias": None}
+            for name in self._tenants()
+            if name not in named
+        ]
+        return web.json_response(teams)
 
     async def team_info(self, request: web.Request) -> web.Response:
         team_id = request.query.get("team_id")

@@ -1,9 +1,11 @@
-"""The management API's routes, and its OpenAPI document (GET /openapi.json, open to all: it
-says what the API takes, nothing of what it holds)."""
+"""The management API's routes; its OpenAPI document (GET /openapi.json) and the admin page
+(GET /ui), both open to all: they hold nothing, and the page asks for the master key and calls
+the API with it."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -19,7 +21,7 @@ from gateway.api.manage.bodies import (
     UpdateTeam,
 )
 from gateway.api.manage.keys import KeyAdmin
-from gateway.api.manage.spend import spend_logs
+from gateway.api.manage.spend import daily, spend_logs
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.keyring import Keyring
 from gateway.runtime.scheduler import Scheduler
@@ -34,8 +36,11 @@ _BODIES: Final = {
 }
 _QUERIES: Final = {
     "/key/info": ("key",),
+    "/key/list": ("team_id", "return_full_object"),
+    "/team/list": (),
     "/team/info": ("team_id",),
     "/spend/logs": ("api_key", "team_id", "request_id", "start_date", "end_date", "format"),
+    "/admin/spend/daily": ("days",),
     "/admin/replicas": (),
     "/admin/requests": (),
 }
@@ -81,13 +86,14 @@ def mount(
     app: web.Application,
     keyring: Keyring,
     guard: Callable[[web.Request], None],
-    tenant_known: Callable[[str], bool],
+    tenants: Callable[[], Collection[str]],
     read: Callable[[web.Request], Awaitable[bytes]],
     fleet: Fleet,
     scheduler: Scheduler,
 ) -> None:
-    KeyAdmin(keyring, guard, tenant_known, read).routes(app)
+    KeyAdmin(keyring, guard, tenants, read).routes(app)
     app.router.add_get("/spend/logs", spend_logs(keyring, guard))
+    app.router.add_get("/admin/spend/daily", daily(keyring, guard))
     get_replicas, get_requests = live.handlers(fleet, scheduler, guard)
     app.router.add_get("/admin/replicas", get_replicas)
     app.router.add_get("/admin/requests", get_requests)
@@ -97,3 +103,9 @@ def mount(
         return web.json_response(document)
 
     app.router.add_get("/openapi.json", serve)
+    page = (Path(__file__).parent / "page.html").read_bytes()
+
+    async def ui(_: web.Request) -> web.Response:
+        return web.Response(body=page, content_type="text/html", charset="utf-8")
+
+    app.router.add_get("/ui", ui)

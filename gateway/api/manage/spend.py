@@ -108,3 +108,34 @@ def spend_logs(
         return web.Response(text=out.getvalue(), content_type="text/csv")
 
     return handler
+
+
+def daily(
+    keyring: Keyring, guard: Callable[[web.Request], None]
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """GET /admin/spend/daily?days=N (default 30): spend and requests per UTC day, every day
+    of the period listed; and the `recent` rows, newest first (at most 20)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        guard(request)
+        try:
+            days = int(request.query.get("days", "30"))
+        except ValueError:
+            days = 0
+        if not 0 < days <= 366:
+            raise InvalidRequest("Invalid value for 'days': 1 to 366.", "days")
+        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        first = today - timedelta(days=days - 1)
+        await keyring.ledger.flushed()
+        got = await keyring.store.daily(first.timestamp())
+        recent = await keyring.store.spend_logs(
+            start=first.timestamp(), limit=20, newest_first=True
+        )
+        out = []
+        for i in range(days):
+            day = (first + timedelta(days=i)).strftime("%Y-%m-%d")
+            usd, n = got.get(day, (0.0, 0))
+            out.append({"day": day, "spend": usd, "requests": n})
+        return web.json_response({"days": out, "recent": [row_view(r) for r in recent]})
+
+    return handler
