@@ -31,6 +31,7 @@ from gateway.observability.callbacks import heartbeat_ages
 from gateway.observability.discovery import DiscoveryCollector
 from gateway.observability.gc_pauses import GcPauses
 from gateway.observability.kv_metrics import KvCollector
+from gateway.observability.ledger_metrics import LedgerCollector
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.report import RequestReporter
 from gateway.observability.siblings import Siblings
@@ -141,6 +142,7 @@ class Gateway:
         if store is not None:
             self.keyring = Keyring(open_store(store.url), store)
             self.keyring.on_change = self._tenant_labels
+            self.metrics.registry.register(LedgerCollector(self.keyring.ledger))
         self.service = Service(
             self.fleet,
             self.scheduler,

@@ -25,9 +25,10 @@ Count = Annotated[int, msgspec.Meta(gt=0)]
 
 class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     url: str = DEFAULT_URL
-    # How often each instance reads the store's version of its keys and teams: a key revoked
-    # by another instance is refused here within this bound (plus the read's own time).
-    poll_s: Seconds = 1.0
+    # How often each instance (each of `--workers`) reads the store's version of its keys and
+    # teams: a key revoked by another is refused here within this bound (plus the read's own
+    # time); and the budgets' spend.
+    poll_s: Seconds = 0.5
     # Ledger rows are written in batches, at most this long after their request ended...
     flush_s: Seconds = 0.2
     # ...and at most this many wait (beyond, a row is dropped and counted, never waited for).

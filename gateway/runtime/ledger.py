@@ -46,6 +46,10 @@ class Ledger:
         self.dropped = 0
         self.written = 0
 
+    @property
+    def pending(self) -> int:
+        return len(self._rows)
+
     def add(self, row: LedgerRow, budgets: tuple[Budget, ...] = ()) -> None:
         """Queue a row; `budgets` are told when its spend is in the store."""
         if len(self._rows) >= self._max:
