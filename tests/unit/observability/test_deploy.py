@@ -22,7 +22,10 @@ from gateway.observability import (
     ReplicaState,
 )
 from gateway.observability.discovery import DiscoveryCollector
+from gateway.observability.ledger_metrics import LedgerCollector
 from gateway.policy.discovery import Member
+from gateway.runtime.ledger import Ledger
+from gateway.store.sql import open_store
 from tests.unit.observability._scrape import names
 from tests.unit.observability.promql import metric_names
 
@@ -57,6 +60,7 @@ def exported() -> set[str]:
     discovery = Discovery(_NoSource(), lambda endpoints: None)
     discovery.synced({"p": Member("p", "10.0.0.1:50061")})
     g.registry.register(DiscoveryCollector(discovery))
+    g.registry.register(LedgerCollector(Ledger(open_store("sqlite:///unused.db"), 1.0, 1, list)))
     s = SidecarMetrics(
         lambda: LoadSnapshot(running=1, waiting=1, kv_usage=0.5, max_num_seqs=4, ready=True),
         "m",
