@@ -76,9 +76,11 @@ def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
             p.wait(10)
 
 
-async def wait_models(url: str, timeout_s: float = 60.0) -> None:
+async def wait_models(
+    url: str, timeout_s: float = 60.0, headers: dict[str, str] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=headers) as http:
         while True:
             with contextlib.suppress(aiohttp.ClientError, OSError):
                 async with http.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(2)) as r:
