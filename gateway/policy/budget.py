@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-_DURATION: Final = re.compile(r"^(\d+)(s|m|h|d|mo)$")
+_DURATION: Final = re.compile(r"^(\d{1,6})(s|m|h|d|mo)$")
+MAX_SECONDS: Final = 10 * 366 * 86400  # ten years at most
 _SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -40,13 +41,21 @@ def parse_duration(text: str) -> Duration:
     m = _DURATION.match(text.strip())
     if m is None or int(m.group(1)) == 0:
         raise ValueError(f"{text!r} is not a duration: use e.g. 30s, 15m, 12h, 30d or 1mo")
-    return Duration(int(m.group(1)), m.group(2))
+    d = Duration(int(m.group(1)), m.group(2))
+    if d.after(0.0) > MAX_SECONDS:
+        raise ValueError(f"{text!r} is longer than ten years")
+    return d
 
 
 def next_reset(window: Duration, reset_at: float, now: float) -> float:
     """The first reset after `now` of a window that reset (or was due to) at `reset_at`."""
+    if reset_at > now:
+        return reset_at
+    if window.unit != "mo":  # a fixed length: no loop over the windows that passed
+        step = window.after(0.0)
+        return reset_at + (int((now - reset_at) // step) + 1) * step
     t = reset_at
-    while t <= now:
+    while t <= now:  # (months: at most one turn a month since the last reset)
         t = window.after(t)
     return t
 

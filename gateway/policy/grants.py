@@ -17,6 +17,7 @@ from gateway.policy.token_bucket import TokenBucket
 from gateway.types import RateLimited, Unauthorized
 
 BUDGET_EXCEEDED = "budget_exceeded"
+EXPIRED = "Authentication Error - Expired Key"
 
 
 class BudgetExceeded(RateLimited):
@@ -102,7 +103,7 @@ def admit(
     """Charge a request or raise why not (401 expired or not allowed, 429 over a limit or a
     budget); nothing is charged when it raises."""
     if grant.expires is not None and wall >= grant.expires:
-        raise Unauthorized("Authentication Error - Expired Key")
+        raise Unauthorized(EXPIRED)
     allowances = (grant.own,) if grant.team is None else (grant.own, grant.team)
     for a in allowances:
         _check(a, model, estimate, wall, mono)

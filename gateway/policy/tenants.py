@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -17,7 +18,7 @@ from gateway.config.tenants import (
     UnknownFieldsMode,
     check_tenancy,
 )
-from gateway.policy.grants import Grant
+from gateway.policy.grants import EXPIRED, Grant
 from gateway.types import Unauthorized
 
 ANONYMOUS: Final = "anonymous"
@@ -208,6 +209,8 @@ class Tenants:
         grant = None if self._keys is None else self._keys.lookup(digest)
         if grant is None:
             raise Unauthorized("invalid API key")
+        if grant.expires is not None and time.time() >= grant.expires:
+            raise Unauthorized(EXPIRED)
         return self._store_tenant(grant.tenant), grant
 
     def _team_grant(self, name: str) -> Grant | None:

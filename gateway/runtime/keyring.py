@@ -35,7 +35,11 @@ def _shape(r: KeyRecord | TeamRecord) -> Shape:
 
 
 def _allowance(
-    name: str, r: KeyRecord | TeamRecord, old: tuple[Shape, Allowance] | None, mono: float
+    name: str,
+    r: KeyRecord | TeamRecord,
+    old: tuple[Shape, Allowance] | None,
+    mono: float,
+    spends: bool = True,
 ) -> Allowance:
     """The allowance of a key or team as the store has it now: the one it had, changed in
     place (requests in flight settle on it), or a new one."""
@@ -55,7 +59,8 @@ def _allowance(
             a.requests = requests
         if r.tpm_limit != shape[3]:
             a.tokens = tokens
-    a.budget.stored(r.spend, r.budget_reset_at)
+    if spends:
+        a.budget.stored(r.spend, r.budget_reset_at)
     return a
 
 
@@ -103,26 +108,39 @@ class Keyring:
                 if await self.store.version() != self.version:
                     await self.refresh()
                 else:
-                    self._spent(await self.store.spends())
+                    await self._read_spends()
             except Exception:
                 log.exception("keyring: the store could not be read (the cache stays)")
 
     async def refresh(self) -> None:
-        self._apply(await self.store.snapshot())
+        ledger = self.ledger
+        epoch, writing = ledger.epoch, ledger.writing
+        snap = await self.store.snapshot()
+        self._apply(snap, spends=not writing and ledger.epoch == epoch)
 
-    def _apply(self, snap: Snapshot) -> None:
+    async def _read_spends(self) -> None:
+        """The budgets' spend as the store has it, unless a batch was written meanwhile."""
+        ledger = self.ledger
+        epoch, writing = ledger.epoch, ledger.writing
+        spends = await self.store.spends()
+        if not writing and ledger.epoch == epoch:
+            self._spent(spends)
+
+    def _apply(self, snap: Snapshot, spends: bool = True) -> None:
+        """`spends`: whether the snapshot's spend figures can be taken (no batch of the ledger
+        was written while it was read)."""
         mono = self._mono()
         allow: dict[tuple[str, str], tuple[Shape, Allowance]] = {}
         team_grants: dict[str, Grant] = {}
         for t in snap.teams:
             k = ("teams", t.team_id)
-            a = _allowance(f"team {t.team_id}", t, self._allow.get(k), mono)
+            a = _allowance(f"team {t.team_id}", t, self._allow.get(k), mono, spends)
             allow[k] = (_shape(t), a)
             team_grants[t.team_id] = Grant("", t.team_id, a)
         grants: dict[bytes, Grant] = {}
         for r in snap.keys:
             k = ("keys", r.token)
-            a = _allowance(f"key {r.key_alias or r.key_name}", r, self._allow.get(k), mono)
+            a = _allowance(f"key {r.key_alias or r.key_name}", r, self._allow.get(k), mono, spends)
             allow[k] = (_shape(r), a)
             team = team_grants.get(r.team_id or "")
             tenant = r.team_id or "anonymous"

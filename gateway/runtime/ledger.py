@@ -45,6 +45,10 @@ class Ledger:
         self._closing = False
         self.dropped = 0
         self.written = 0
+        # Moves as each batch's spend leaves the budgets' `pending`: a read of the store's
+        # spend that overlapped it may count that batch twice or not at all (keyring.py).
+        self.epoch = 0
+        self.writing = False
 
     @property
     def pending(self) -> int:
@@ -109,12 +113,16 @@ class Ledger:
             if n == 0 and not resets:
                 return True
             batch = [self._rows[i] for i in range(n)]
+            self.writing = True
             try:
                 await self._store.write([r for r, _ in batch], resets)
             except Exception:
                 log.exception("ledger: a batch of %d rows was not written", n)
                 self._held = resets
                 return False
+            finally:
+                self.writing = False
+                self.epoch += 1  # (a batch that timed out may yet be committed)
             for _ in range(n):
                 row, budgets = self._rows.popleft()
                 for b in budgets:

@@ -90,7 +90,12 @@ class Service:
                 if self.metrics is not None:
                     self.metrics.rejected(req.model, reason_of_error(e), priority)
                 raise
-        ticket = await self.admission.reserve(tenant, req.model, estimate, now)
+        try:
+            ticket = await self.admission.reserve(tenant, req.model, estimate, now)
+        except BaseException:  # (a shared store's error, or the caller's cancellation)
+            if charge is not None:
+                grants.settle(charge, 0, 0.0, time.time(), now)
+            raise
         if isinstance(ticket, Rejected):
             if charge is not None:
                 grants.settle(charge, 0, 0.0, time.time(), now)

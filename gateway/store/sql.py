@@ -84,6 +84,10 @@ class SqlStore:
             return await asyncio.wait_for(fut, CALL_TIMEOUT_S)
         except TimeoutError:
             raise StoreError(f"the store did not answer in {CALL_TIMEOUT_S:.0f} s") from None
+        except StoreError:
+            raise
+        except Exception as e:  # the driver's own (a lost connection, a locked database)
+            raise StoreError(f"{type(e).__name__}: {e}") from e
 
     def _in_thread(self, fn: Callable[[Connection], T]) -> T:
         if self._conn is None:
@@ -119,9 +123,12 @@ class SqlStore:
 
         if self._conn is not None:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._pool, shut, self._conn)
+            with contextlib.suppress(TimeoutError):  # (a call still hung: its thread is left)
+                await asyncio.wait_for(
+                    loop.run_in_executor(self._pool, shut, self._conn), CALL_TIMEOUT_S
+                )
             self._conn = None
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- schema --------------------------------------------------------------------------
     async def migrate(self) -> int:
@@ -183,12 +190,13 @@ class SqlStore:
         pk, fields = _TABLES[table]
 
         def put(conn: Connection) -> None:
-            got = self._exec(conn, f"SELECT 1 FROM {table} WHERE {pk} = ?", (getattr(record, pk),))
-            if got.fetchone() is not None:
-                raise Conflict(f"{pk} {getattr(record, pk)} exists")
             marks = ", ".join("?" for _ in fields)
             values = [_encode(f, getattr(record, f)) for f in fields]
-            self._exec(conn, f"INSERT INTO {table} ({', '.join(fields)}) VALUES ({marks})", values)
+            text = (
+                f"INSERT INTO {table} ({', '.join(fields)}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+            )
+            if not self._exec(conn, text, values).rowcount:  # (atomic: instances may race)
+                raise Conflict(f"{pk} {getattr(record, pk)} exists")
             self._bump(conn)
 
         await self._run(put)
@@ -220,7 +228,9 @@ class SqlStore:
         def put(conn: Connection) -> None:
             marks = ", ".join("?" for _ in fields)
             values = [_encode(f, getattr(new, f)) for f in fields]
-            self._exec(conn, f"INSERT INTO keys ({', '.join(fields)}) VALUES ({marks})", values)
+            text = f"INSERT INTO keys ({', '.join(fields)}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+            if not self._exec(conn, text, values).rowcount:
+                raise Conflict(f"token {new.token} exists")
             if old_until is None:
                 self._exec(conn, "DELETE FROM keys WHERE token = ?", (old,))
             else:
@@ -273,9 +283,9 @@ class SqlStore:
                     if row.token is not None:
                         keys[row.token] += row.spend
                     teams[row.team_id] += row.spend
-            for token, usd in keys.items():
+            for token, usd in sorted(keys.items()):  # (one order: no deadlock between batches)
                 self._exec(conn, "UPDATE keys SET spend = spend + ? WHERE token = ?", (usd, token))
-            for team, usd in teams.items():
+            for team, usd in sorted(teams.items()):
                 self._exec(conn, _TEAM_SPEND, (usd, team))
 
         await self._run(put)
@@ -319,14 +329,16 @@ class SqlStore:
     async def daily(self, start: float) -> dict[str, tuple[float, int]]:
         """Spend and requests per UTC day ("YYYY-MM-DD") of the rows that ended since `start`."""
 
+        # The day number, floored on both back ends (SQLite's CAST truncates, PostgreSQL's rounds).
+        day = "CAST(end_time / 86400 AS BIGINT)"
+        day = f"({day} - CASE WHEN {day} > end_time / 86400 THEN 1 ELSE 0 END)"
+        text = f"SELECT {day}, SUM(spend), COUNT(*) FROM ledger WHERE end_time >= ? GROUP BY 1"
+
         def read(conn: Connection) -> dict[str, tuple[float, int]]:
-            out: dict[str, tuple[float, int]] = {}
-            text = "SELECT end_time, spend FROM ledger WHERE end_time >= ?"
-            for end, usd in self._exec(conn, text, (start,)):
-                day = datetime.fromtimestamp(end, UTC).strftime("%Y-%m-%d")
-                total, n = out.get(day, (0.0, 0))
-                out[day] = (total + usd, n + 1)
-            return out
+            return {
+                datetime.fromtimestamp(int(d) * 86400, UTC).strftime("%Y-%m-%d"): (float(u), int(n))
+                for d, u, n in self._exec(conn, text, (start,))
+            }
 
         return await self._run(read)
 
@@ -346,7 +358,16 @@ def _postgres(url: str) -> Callable[[], Connection]:
     def connect() -> Connection:
         import psycopg  # only a PostgreSQL store needs it
 
-        conn: Connection = psycopg.connect(url, connect_timeout=int(CALL_TIMEOUT_S))
+        conn: Connection = psycopg.connect(
+            url,
+            connect_timeout=int(CALL_TIMEOUT_S),
+            # No statement outlives a call's deadline; a peer that vanished is noticed.
+            options=f"-c statement_timeout={int(CALL_TIMEOUT_S * 1000)}",
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+        )
         return conn
 
     return connect

@@ -59,11 +59,12 @@ def wait_for_key(c: Cluster, key: str) -> Any:
 
 
 def wait_refused(c: Cluster, key: str) -> None:
+    """Until `c` refuses `key` as unknown (a revocation, not a limit)."""
     deadline = time.monotonic() + 10
     while True:
         try:
             chat(c, key)
-        except (openai.AuthenticationError, openai.RateLimitError):
+        except openai.AuthenticationError:
             return
         assert time.monotonic() < deadline
 
@@ -215,6 +216,9 @@ def test_a_key_outside_its_models_or_past_its_expiry_is_refused(cluster: Cluster
         ("/key/generate", {"budget_duration": "monthly"}, "budget_duration"),
         ("/key/generate", {"team_id": "nobody"}, "team_id"),
         ("/key/delete", {}, None),
+        ("/key/delete", {"key_aliases": ["nobody"]}, "key_aliases"),
+        ("/key/generate", {"duration": "99999999mo"}, "duration"),
+        ("/key/regenerate", {"key": "sk-nope"}, "key"),
         ("/team/new", {"team_id": "t", "rpm_limit": 0}, "rpm_limit"),
     ],
 )
@@ -222,8 +226,23 @@ def test_bad_management_calls_are_400s_naming_the_field(
     cluster: Cluster, path: str, body: Any, param: str | None
 ) -> None:
     r = admin(cluster, "POST", path, body)
-    assert r.status_code == 400, r.text
+    assert r.status_code in (400, 404), r.text
     assert r.json()["error"]["param"] == param
+
+
+def test_a_body_that_is_not_json_is_a_400(cluster: Cluster) -> None:
+    for body in (b"", b"{", b"[]"):
+        r = httpx.post(f"{cluster.http_url}/key/generate", content=body, headers=ADMIN)
+        assert r.status_code == 400, r.text
+
+
+def test_a_key_of_your_own_works_even_when_it_looks_like_a_hash(cluster: Cluster) -> None:
+    own = "ab" * 32
+    made = ok(admin(cluster, "POST", "/key/generate", {"key": own}))
+    assert made["key"] == own and made["token"] != own
+    chat(cluster, own)
+    r = admin(cluster, "POST", "/key/regenerate", {"key": own, "new_key": own})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "new_key"
 
 
 def test_the_management_api_needs_the_master_key(cluster: Cluster) -> None:

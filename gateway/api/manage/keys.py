@@ -14,7 +14,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Container
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -36,8 +36,8 @@ from gateway.api.openai.validation import decode_json
 from gateway.policy.budget import parse_duration
 from gateway.runtime.keyring import Keyring
 from gateway.store.records import KeyRecord, TeamRecord
-from gateway.store.sql import Conflict
-from gateway.types import InvalidRequest, ModelNotFound
+from gateway.store.sql import Conflict, StoreError
+from gateway.types import InvalidRequest, ModelNotFound, Unavailable
 
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -47,9 +47,12 @@ _UNKNOWN: Final = re.compile(r"unknown field `([^`]+)`")
 _LIMITS: Final = ("max_budget", "budget_duration", "tpm_limit", "rpm_limit", "models")
 
 
-def token_of(key: str) -> str:
-    """A key's hash: `key` itself when it is one already (64 hex digits)."""
-    return key if _HASH.match(key) else hashlib.sha256(key.encode()).hexdigest()
+def token_of(key: str, known: Container[str]) -> str:
+    """A key's hash: `key` itself when it is the hash of a `known` key already (64 hex digits;
+    a key of your own that looks like one is hashed like any other)."""
+    if _HASH.match(key) and key in known:
+        return key
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def iso(t: float | None) -> str | None:
@@ -63,6 +66,8 @@ def decode(body: bytes, type_: type[T]) -> T:
         m = _UNKNOWN.search(str(e))
         if m is not None:
             raise InvalidRequest(f"Unrecognized request argument supplied: {m[1]}", m[1]) from None
+    except msgspec.DecodeError:
+        pass
     return decode_json(msgspec.json.Decoder(type_), body, EXPECTED)  # (its error)
 
 
@@ -122,6 +127,19 @@ def team_view(t: TeamRecord) -> dict[str, Any]:
     return {"team_id": t.team_id, "team_alias": t.team_alias, **_common_view(t)}
 
 
+def guarded(guard: Callable[[web.Request], None], handler: Handler) -> Handler:
+    """`handler` for callers with the master key; a store that fails it is a 503."""
+
+    async def call(request: web.Request) -> web.StreamResponse:
+        guard(request)
+        try:
+            return await handler(request)
+        except StoreError as e:  # (the store down or slow: not the caller's fault)
+            raise Unavailable(f"The store did not answer: {e}") from None
+
+    return call
+
+
 def _shown(key: str) -> str:
     return f"sk-...{key[-4:]}"
 
@@ -157,11 +175,7 @@ class KeyAdmin:
         r.add_get("/team/list", self._g(self.list_teams))
 
     def _g(self, handler: Handler) -> Handler:
-        async def guarded(request: web.Request) -> web.StreamResponse:
-            self._guard(request)
-            return await handler(request)
-
-        return guarded
+        return guarded(self._guard, handler)
 
     async def _body(self, request: web.Request, type_: type[T]) -> T:
         return decode(await self._read(request), type_)
@@ -184,7 +198,7 @@ class KeyAdmin:
         key = b.key or "sk-" + secrets.token_urlsafe(24)
         now = time.time()
         r = KeyRecord(
-            token=token_of(key),
+            token=hashlib.sha256(key.encode()).hexdigest(),  # (as requests are looked up)
             key_name=_shown(key),
             key_alias=b.key_alias,
             team_id=b.team_id,
@@ -199,7 +213,7 @@ class KeyAdmin:
         return web.json_response({"key": key, "token_id": r.token, **key_view(r)})
 
     def _record(self, key: str) -> KeyRecord:
-        r = self._ring.keys.get(token_of(key))
+        r = self._ring.keys.get(token_of(key, self._ring.keys))
         if r is None:
             raise ModelNotFound(f"Key not found: {key}", "key")
         return r
@@ -207,6 +221,7 @@ class KeyAdmin:
     async def update(self, request: web.Request) -> web.Response:
         b = await self._body(request, UpdateKey)
         self._check(b)
+        await self._ring.refresh()  # (a key another instance made just now)
         r = self._record(b.key)
         given = {f: getattr(b, f) for f in KeyFields.__struct_fields__ if f in b.__struct_fields__}
         changes = {f: v for f, v in given.items() if v is not None and f != "duration"}
@@ -224,16 +239,19 @@ class KeyAdmin:
         b = await self._body(request, DeleteKeys)
         if not b.keys and not b.key_aliases:
             raise InvalidRequest("At least one of 'keys' or 'key_aliases' must be provided.")
-        tokens = {token_of(k): k for k in b.keys or ()}
+        await self._ring.refresh()
+        tokens = {token_of(k, self._ring.keys): k for k in b.keys or ()}
         aliases = set(b.key_aliases or ())
         for r in self._ring.keys.values():
             if r.key_alias is not None and r.key_alias in aliases:
                 tokens[r.token] = r.key_alias
+                aliases.discard(r.key_alias)
+        missing = [k for t, k in tokens.items() if t not in self._ring.keys] + sorted(aliases)
+        if missing:  # (nothing deleted: all or none)
+            param = "keys" if b.keys else "key_aliases"
+            raise ModelNotFound(f"Keys not found: {missing}", param)
         gone = await self._ring.store.delete_keys(tokens)
         await self._ring.refresh()
-        missing = [k for t, k in tokens.items() if t not in gone]
-        if missing:
-            raise ModelNotFound(f"Keys not found: {missing}", "keys")
         return web.json_response({"deleted_keys": [tokens[t] for t in gone]})
 
     async def regenerate(self, request: web.Request) -> web.Response:
@@ -243,9 +261,11 @@ class KeyAdmin:
         if key is None:
             raise InvalidRequest("Missing required parameter: 'key'.", "key")
         _duration("grace_period", b.grace_period)
+        await self._ring.refresh()
         old = self._record(key)
         new_key = b.new_key or "sk-" + secrets.token_urlsafe(24)
-        new = msgspec.structs.replace(old, token=token_of(new_key), key_name=_shown(new_key))
+        token = hashlib.sha256(new_key.encode()).hexdigest()
+        new = msgspec.structs.replace(old, token=token, key_name=_shown(new_key))
         now = time.time()
         until = _after(b.grace_period, now)
         if until is not None and old.expires is not None:
@@ -295,6 +315,7 @@ class KeyAdmin:
     async def update_team(self, request: web.Request) -> web.Response:
         b = await self._body(request, UpdateTeam)
         _duration("budget_duration", b.budget_duration)
+        await self._ring.refresh()
         t = self._ring.teams.get(b.team_id)
         if t is None:
             raise ModelNotFound(f"Team not found: {b.team_id}", "team_id")
@@ -303,7 +324,8 @@ class KeyAdmin:
         }
         if b.budget_duration is not None and b.budget_duration != t.budget_duration:
             changes["budget_reset_at"] = _after(b.budget_duration, time.time())
-        await self._ring.store.update("teams", b.team_id, changes)
+        if not await self._ring.store.update("teams", b.team_id, changes):
+            raise ModelNotFound(f"Team not found: {b.team_id}", "team_id")
         await self._ring.refresh()
         return web.json_response(team_view(self._ring.teams[b.team_id]))
 

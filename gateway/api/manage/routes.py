@@ -20,7 +20,7 @@ from gateway.api.manage.bodies import (
     UpdateKey,
     UpdateTeam,
 )
-from gateway.api.manage.keys import KeyAdmin
+from gateway.api.manage.keys import KeyAdmin, guarded
 from gateway.api.manage.spend import daily, spend_logs
 from gateway.runtime.fleet import Fleet
 from gateway.runtime.keyring import Keyring
@@ -92,8 +92,8 @@ def mount(
     scheduler: Scheduler,
 ) -> None:
     KeyAdmin(keyring, guard, tenants, read).routes(app)
-    app.router.add_get("/spend/logs", spend_logs(keyring, guard))
-    app.router.add_get("/admin/spend/daily", daily(keyring, guard))
+    app.router.add_get("/spend/logs", guarded(guard, spend_logs(keyring)))
+    app.router.add_get("/admin/spend/daily", guarded(guard, daily(keyring)))
     get_replicas, get_requests = live.handlers(fleet, scheduler, guard)
     app.router.add_get("/admin/replicas", get_replicas)
     app.router.add_get("/admin/requests", get_requests)

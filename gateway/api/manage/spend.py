@@ -15,7 +15,7 @@ from aiohttp import web
 from gateway.api.manage.keys import iso, token_of
 from gateway.runtime.keyring import Keyring
 from gateway.store.records import LedgerRow
-from gateway.types import InvalidRequest
+from gateway.types import InvalidRequest, Unavailable
 
 MAX_ROWS: Final = 100_000  # one answer at most: narrow the period for more
 _PARAMS: Final = frozenset(
@@ -53,6 +53,12 @@ def _time(name: str, text: str | None, end: bool) -> float | None:
     return d.timestamp()
 
 
+async def behind(keyring: Keyring) -> None:
+    """Every row ended here written before the ledger is read; a 503 when the store is behind."""
+    if not await keyring.ledger.flushed():
+        raise Unavailable("The ledger's rows are still being written: try again.", None)
+
+
 def row_view(r: LedgerRow) -> dict[str, Any]:
     return {
         "request_id": r.request_id,
@@ -70,11 +76,8 @@ def row_view(r: LedgerRow) -> dict[str, Any]:
     }
 
 
-def spend_logs(
-    keyring: Keyring, guard: Callable[[web.Request], None]
-) -> Callable[[web.Request], Awaitable[web.Response]]:
+def spend_logs(keyring: Keyring) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
-        guard(request)
         q = request.query
         for name in q:
             if name not in _PARAMS:
@@ -89,11 +92,11 @@ def spend_logs(
         if not 0 < limit <= MAX_ROWS:
             raise InvalidRequest(f"Invalid value for 'limit': 1 to {MAX_ROWS}.", "limit")
         key = q.get("api_key")
-        await keyring.ledger.flushed()
+        await behind(keyring)
         rows = await keyring.store.spend_logs(
             start=_time("start_date", q.get("start_date"), False),
             end=_time("end_date", q.get("end_date"), True),
-            token=None if key is None else token_of(key),
+            token=None if key is None else token_of(key, keyring.keys),
             team_id=q.get("team_id"),
             request_id=q.get("request_id"),
             limit=limit,
@@ -110,14 +113,11 @@ def spend_logs(
     return handler
 
 
-def daily(
-    keyring: Keyring, guard: Callable[[web.Request], None]
-) -> Callable[[web.Request], Awaitable[web.Response]]:
+def daily(keyring: Keyring) -> Callable[[web.Request], Awaitable[web.Response]]:
     """GET /admin/spend/daily?days=N (default 30): spend and requests per UTC day, every day
     of the period listed; and the `recent` rows, newest first (at most 20)."""
 
     async def handler(request: web.Request) -> web.Response:
-        guard(request)
         try:
             days = int(request.query.get("days", "30"))
         except ValueError:
@@ -126,7 +126,7 @@ def daily(
             raise InvalidRequest("Invalid value for 'days': 1 to 366.", "days")
         today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         first = today - timedelta(days=days - 1)
-        await keyring.ledger.flushed()
+        await behind(keyring)
         got = await keyring.store.daily(first.timestamp())
         recent = await keyring.store.spend_logs(
             start=first.timestamp(), limit=20, newest_first=True

@@ -28,9 +28,11 @@ def test_durations_parse(text: str, parsed: Duration) -> None:
     assert parse_duration(text) == parsed
 
 
-@pytest.mark.parametrize("text", ["", "0d", "monthly", "1w", "1.5h", "-1d", "d"])
+@pytest.mark.parametrize(
+    "text", ["", "0d", "monthly", "1w", "1.5h", "-1d", "d", "9999999s", "121mo", "3661d"]
+)
 def test_other_durations_are_refused_naming_the_forms(text: str) -> None:
-    with pytest.raises(ValueError, match="30d or 1mo"):
+    with pytest.raises(ValueError, match=r"30d or 1mo|ten years"):
         parse_duration(text)
 
 
@@ -51,7 +53,11 @@ def test_one_duration_after(start: float, duration: str, after: float) -> None:
 def test_the_next_reset_skips_the_windows_that_passed() -> None:
     d = parse_duration("1h")
     assert next_reset(d, 0.0, 3600 * 5 + 1) == 3600 * 6
+    assert next_reset(d, 0.0, 3600 * 5) == 3600 * 6  # (a reset due now is past)
     assert next_reset(d, 7200.0, 10.0) == 7200.0
+    second = parse_duration("1s")  # idle for ten years: no loop over 3e8 windows
+    assert next_reset(second, 0.5, 3e8) == 3e8 + 0.5
+    assert next_reset(parse_duration("1mo"), utc(2026, 1, 15), utc(2026, 4, 20)) == utc(2026, 5, 15)
 
 
 def test_a_budget_admits_while_spent_and_reserved_stay_below_it() -> None:
