@@ -377,3 +377,15 @@ def test_the_admin_api_lists_the_replicas_and_the_live_requests(store: Path) -> 
         assert replica["health"] == "up" and replica["inflight"] == 1
     finally:
         c.stop()
+
+
+def test_keys_are_listed_by_pages(cluster: Cluster) -> None:
+    made = [ok(admin(cluster, "POST", "/key/generate", {}))["token"] for _ in range(3)]
+    first = ok(admin(cluster, "GET", "/key/list", size="2"))
+    assert first == {"keys": made[:2], "total_count": 3, "current_page": 1, "total_pages": 2}
+    second = ok(admin(cluster, "GET", "/key/list", size="2", page="2"))
+    assert second["keys"] == made[2:]
+    full = ok(admin(cluster, "GET", "/key/list", return_full_object="true"))
+    assert [k["token"] for k in full["keys"]] == made
+    bad = admin(cluster, "GET", "/key/list", size="101")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "size"

@@ -14,7 +14,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Container
+from collections.abc import Awaitable, Callable, Collection, Container, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -125,6 +125,18 @@ def key_view(r: KeyRecord) -> dict[str, Any]:
 
 def team_view(t: TeamRecord) -> dict[str, Any]:
     return {"team_id": t.team_id, "team_alias": t.team_alias, **_common_view(t)}
+
+
+def _count(q: Mapping[str, str], name: str, default: int, top: int | None) -> int:
+    """A whole-number query parameter of at least 1 (and at most `top`)."""
+    text = q.get(name)
+    if text is None:
+        return default
+    n = int(text) if text.isdigit() else 0
+    if n < 1 or (top is not None and n > top):
+        bound = f"1 to {top}" if top is not None else "at least 1"
+        raise InvalidRequest(f"Invalid value for '{name}': {bound}.", name)
+    return n
 
 
 def guarded(guard: Callable[[web.Request], None], handler: Handler) -> Handler:
@@ -287,15 +299,20 @@ class KeyAdmin:
         return web.json_response({"key": key, "info": key_view(r)})
 
     async def list_keys(self, request: web.Request) -> web.Response:
-        """LiteLLM's: the keys' tokens, or (`return_full_object=true`) their rows; `team_id`
-        narrows it."""
+        """LiteLLM's: a page (`page` from 1, `size` 1 to 100, default 10) of the keys' tokens,
+        or (`return_full_object=true`) of their rows, oldest first; `team_id` narrows it."""
+        q = request.query
+        page, size = _count(q, "page", 1, None), _count(q, "size", 10, 100)
         await self._ring.refresh()
-        team = request.query.get("team_id")
+        team = q.get("team_id")
         rows = [r for r in self._ring.keys.values() if team is None or r.team_id == team]
-        rows.sort(key=lambda r: r.created_at)
-        full = request.query.get("return_full_object", "false").lower() == "true"
-        keys: list[Any] = [key_view(r) for r in rows] if full else [r.token for r in rows]
-        return web.json_response({"keys": keys, "total_count": len(rows)})
+        rows.sort(key=lambda r: (r.created_at, r.token))
+        shown = rows[(page - 1) * size : page * size]
+        full = q.get("return_full_object", "false").lower() == "true"
+        keys: list[Any] = [key_view(r) for r in shown] if full else [r.token for r in shown]
+        body = {"keys": keys, "total_count": len(rows), "current_page": page}
+        body["total_pages"] = max(1, -(-len(rows) // size))
+        return web.json_response(body)
 
     # -- teams -----------------------------------------------------------------------------
     async def new_team(self, request: web.Request) -> web.Response:

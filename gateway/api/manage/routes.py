@@ -36,7 +36,7 @@ _BODIES: Final = {
 }
 _QUERIES: Final = {
     "/key/info": ("key",),
-    "/key/list": ("team_id", "return_full_object"),
+    "/key/list": ("team_id", "return_full_object", "page", "size"),
     "/team/list": (),
     "/team/info": ("team_id",),
     "/spend/logs": ("api_key", "team_id", "request_id", "start_date", "end_date", "format"),
