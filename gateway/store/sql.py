@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -347,7 +348,12 @@ def _sqlite(path: str) -> Callable[[], Connection]:
     def connect() -> Connection:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, check_same_thread=False, timeout=CALL_TIMEOUT_S)
-        conn.execute("PRAGMA journal_mode=WAL")
+        for _ in range(int(CALL_TIMEOUT_S * 100)):  # (instances opening a new file together)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError:
+                time.sleep(0.01)
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
