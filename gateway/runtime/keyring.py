@@ -11,12 +11,12 @@ the spend settled here that the ledger has not written yet.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
 
+from gateway import tasks
 from gateway.config.pricing import Pricing
 from gateway.config.store import StoreConfig
 from gateway.policy.budget import Budget, parse_duration
@@ -93,11 +93,8 @@ class Keyring:
         self._task = asyncio.get_running_loop().create_task(self._poll(), name="keyring")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await tasks.stop(self._task)  # (the caller's own cancellation goes on)
+        self._task = None
         await self.ledger.close()
         await self.store.close()
 
